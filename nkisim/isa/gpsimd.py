@@ -1,0 +1,64 @@
+"""GpSimdE instructions: ``iota`` and ``affine_select`` (nki-reference.md section 2.4).
+
+Both evaluate the affine index expression ``offset + p * channel_multiplier + sum(step_i * j_i)``
+over the partition ``p`` and the free loop nest ``pattern = [[step, num], ...]`` (up to 4-D),
+in int32. GpSimd cannot access PSUM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import ops as ops_mod
+from .. import runtime
+from ..errors import ShapeError, limit_error
+from ..tensor import SBUF
+from . import _checks as chk
+
+
+def affine_values(instr: str, role: str, pattern, partitions: int, offset: int, channel_multiplier: int) -> np.ndarray:
+    """``[P, prod(num)]`` int64 array of the affine expression."""
+    pattern = [[int(s), int(n)] for s, n in pattern]
+    if not 1 <= len(pattern) <= 4:
+        raise limit_error(ShapeError, instr, role, "pattern rank", len(pattern), "1 to 4 [step, num] pairs")
+    free = np.zeros(1, dtype=np.int64)
+    for step, num in pattern:
+        free = (free[:, None] + step * np.arange(num, dtype=np.int64)[None, :]).reshape(-1)
+    part = np.arange(partitions, dtype=np.int64)[:, None] * int(channel_multiplier)
+    return int(offset) + part + free[None, :]
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
+    instr = "iota"
+    run = runtime.begin(instr)
+    chk.on_chip_operands(instr, [("dst", dst)], allowed=(SBUF,))
+    n = math.prod(int(num) for _, num in pattern)
+    if dst.free_size != n:
+        raise ShapeError(f"{instr}: dst has {dst.free_size} elements per partition, pattern {pattern} generates {n}")
+    values = affine_values(instr, "pattern", pattern, dst.shape[0], offset, channel_multiplier)
+    chk.write_2d(dst, values.astype(np.int32))
+    return run.emit(instr, "gpsimd", writes=[("dst", dst)], label=name)
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=ops_mod.equal, offset=0,
+                  name=None):
+    """``dst = on_true_tile where cmp_op(affine, 0) else on_false_value`` (causal masks)."""
+    instr = "affine_select"
+    run = runtime.begin(instr)
+    operands = [("dst", dst), ("on_true_tile", on_true_tile)]
+    chk.on_chip_operands(instr, operands, allowed=(SBUF,))
+    chk.same_partitions(instr, operands)
+    chk.same_free_size(instr, operands)
+    n = math.prod(int(num) for _, num in pattern)
+    if dst.free_size != n:
+        raise ShapeError(f"{instr}: dst has {dst.free_size} elements per partition, pattern {pattern} generates {n}")
+    if not isinstance(cmp_op, ops_mod.Op) or cmp_op.binary is None or cmp_op.bitvec:
+        raise ShapeError(f"{instr}: cmp_op must be a comparison operator such as nl.greater_equal, got {cmp_op!r}")
+    affine = affine_values(instr, "pattern", pattern, dst.shape[0], offset, channel_multiplier).astype(np.float32)
+    keep = cmp_op.binary(affine, np.float32(0)) != 0
+    values = np.where(keep, chk.values_2d(on_true_tile), np.float32(on_false_value))
+    chk.write_2d(dst, values)
+    return run.emit(instr, "gpsimd", reads=[("on_true_tile", on_true_tile)], writes=[("dst", dst)], label=name,
+                    cmp_op=cmp_op.name)

@@ -1,0 +1,126 @@
+"""The state of one simulated kernel launch: target, program id, allocations, liveness.
+
+Instructions call :func:`begin` to get the running :class:`KernelRun` and :meth:`KernelRun.emit`
+after they executed, which numbers the instruction, updates the liveness of every storage it
+touched, keeps the PSUM accumulation state and appends it to the active traces.
+
+Capacity (stricter than the official simulator, nki-reference.md section 4.1): after the kernel
+returns, :meth:`KernelRun.check_capacity` sweeps the allocations: an SBUF or PSUM allocation is
+live from the instruction that allocated it to the last instruction that touched it; the peak of
+live bytes per partition must stay within the target's usable SBUF (trn2: 212984 B) and PSUM
+(16 KiB = 8 banks x 2 KiB). Bytes are exact, not rounded to banks.
+"""
+
+from __future__ import annotations
+
+from . import trace as trace_mod
+from .errors import CapacityError, KernelError
+from .target import Target
+from .tensor import ON_CHIP, PSUM, SBUF, SHARED_HBM, NkiTensor, Storage
+
+
+class KernelRun:
+    def __init__(self, target: Target, program_id: int = 0, num_programs: int = 1, shared_outputs=None):
+        self.target = target
+        self.program_id = program_id
+        self.num_programs = num_programs
+        self.storages: list[Storage] = []
+        self.counter = 0
+        # shared_hbm allocations are one buffer for all programs of an LNC launch: the n-th
+        # allocation of every program maps to the same storage.
+        self.shared_outputs = shared_outputs if shared_outputs is not None else []
+        self._shared_index = 0
+
+    def allocate(self, shape, dtype, buffer: str, name: str = "") -> NkiTensor:
+        if buffer == SHARED_HBM:
+            n = self._shared_index
+            self._shared_index += 1
+            if n < len(self.shared_outputs):
+                storage = self.shared_outputs[n]
+                if storage.shape != tuple(shape) or storage.dtype != dtype:
+                    raise KernelError(f"shared_hbm allocation #{n} differs between programs: {storage.shape} "
+                                      f"{storage.dtype} vs {tuple(shape)} {dtype}; LNC programs need identical control flow")
+                return NkiTensor(storage)
+            storage = Storage(buffer, shape, dtype, name)
+            self.shared_outputs.append(storage)
+        else:
+            storage = Storage(buffer, shape, dtype, name)
+        storage.alloc_index = storage.last_use = self.counter
+        self.storages.append(storage)
+        return NkiTensor(storage)
+
+    def emit(self, name: str, engine: str, reads=(), writes=(), label=None, **attrs):
+        """Record an executed instruction. ``reads``/``writes`` are ``(role, tensor)`` pairs."""
+        self.counter += 1
+        operands = []
+        for role, t in writes:
+            operands.append(trace_mod.Operand.of(role, t, write=True))
+            self._touch(t, write=True, by_tensor_engine=(engine == "tensor"))
+        for role, t in reads:
+            operands.append(trace_mod.Operand.of(role, t))
+            self._touch(t, write=False, by_tensor_engine=(engine == "tensor"))
+        instr = trace_mod.Instruction(self.counter, name, engine, operands, attrs, label, self.program_id)
+        trace_mod.record(instr)
+        return instr
+
+    def _touch(self, t: NkiTensor, write: bool, by_tensor_engine: bool) -> None:
+        t.storage.last_use = self.counter
+        if t.buffer == PSUM and not by_tensor_engine:
+            # Another engine touching PSUM closes the matmul accumulation group there; a write
+            # also means the values are no longer a matmul result.
+            t.state_view(t.storage.group_open)[...] = False
+            if write:
+                t.state_view(t.storage.mm_written)[...] = False
+
+    def check_capacity(self, kernel_name: str) -> None:
+        for buffer, limit, what in ((SBUF, self.target.sbuf_bytes_per_partition, "usable SBUF"),
+                                    (PSUM, self.target.psum_bytes_per_partition, "PSUM (8 banks x 2 KiB)")):
+            events = []
+            for s in self.storages:
+                if s.buffer == buffer:
+                    events.append((s.alloc_index, 1, s))
+                    events.append((s.last_use, 2, s))   # freed after its last use
+            events.sort(key=lambda e: (e[0], e[1]))
+            live, peak, peak_set, current = 0, 0, [], set()
+            for _, kind, s in events:
+                if kind == 1:
+                    live += s.bytes_per_partition
+                    current.add(s)
+                    if live > peak:
+                        peak, peak_set = live, list(current)
+                else:
+                    live -= s.bytes_per_partition
+                    current.discard(s)
+            if peak > limit:
+                top = sorted(peak_set, key=lambda s: -s.bytes_per_partition)[:6]
+                names = ", ".join(f"{s.name}{list(s.shape)}={s.bytes_per_partition} B" for s in top)
+                raise CapacityError(
+                    f"{kernel_name}: peak live {buffer.upper()} is {peak} bytes per partition, limit {limit} "
+                    f"({what} on {self.target.name}); largest live allocations: {names}")
+
+
+_current: list[KernelRun] = []
+
+
+def current() -> KernelRun | None:
+    return _current[-1] if _current else None
+
+
+def begin(instr: str) -> KernelRun:
+    """The running kernel launch, or an error if an NKI call happens outside a kernel."""
+    if not _current:
+        raise KernelError(f"{instr}: NKI calls only run inside a kernel launched with nki.simulate(...) or a "
+                          f"@nki.jit function call")
+    return _current[-1]
+
+
+def push(run: KernelRun) -> None:
+    _current.append(run)
+
+
+def pop() -> None:
+    _current.pop()
+
+
+def is_on_chip(t: NkiTensor) -> bool:
+    return t.buffer in ON_CHIP

@@ -1,0 +1,414 @@
+"""NkiTensor: a strided view of one allocation (nki-reference.md section 1.4).
+
+Every tensor is ``(storage, shape, strides, offset, dtype)``: element ``i`` lives at
+``offset + sum(strides[k] * i[k])`` of the storage's flat array. On-chip storages (SBUF, PSUM)
+are ``partitions x free`` row-major, so dim 0 of an on-chip view is the partition dim and its
+stride is the storage's free size: partitions can be sliced but never strided or permuted.
+Views never copy; ``numpy()`` returns a NumPy view onto the same storage (``as_strided``), so
+instructions read and write storage in place.
+
+Indexing rules for on-chip tensors (the guide's examples hold: for ``t`` of shape (64, 64, 64),
+``t[0, 0, 10].shape == (1, 1)``, ``t[:, 0].shape == (64, 64)``, ``t[:, 0, 10].shape == (64, 1)``):
+an integer on dim 0 keeps a size-1 partition dim; an integer on a free dim drops it unless the
+tensor would fall below rank 2, in which case the last indexed free dim stays with size 1.
+HBM tensors drop integer-indexed dims as NumPy does. Out-of-bounds slices are errors, not clipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import AccessPatternError, KernelError, ShapeError
+
+SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM = "sbuf", "psum", "hbm", "shared_hbm", "private_hbm"
+ON_CHIP = (SBUF, PSUM)
+HBM_BUFFERS = (HBM, SHARED_HBM, PRIVATE_HBM)
+
+_storage_ids = itertools.count()
+
+
+class Storage:
+    """One allocation. ``data`` is flat; on-chip it is ``partitions * free`` elements."""
+
+    def __init__(self, buffer: str, shape: tuple, dtype, name: str = "", data: np.ndarray | None = None):
+        self.id = next(_storage_ids)
+        self.buffer = buffer
+        self.dtype = dt.normalize(dtype)
+        self.shape = tuple(int(s) for s in shape)
+        self.name = name or f"t{self.id}"
+        size = math.prod(self.shape)
+        if data is None:
+            data = np.full(size, dt.fill_value(self.dtype), dtype=dt.storage(self.dtype))
+        self.data = data.reshape(-1)
+        self.partitions = self.shape[0] if buffer in ON_CHIP else 1
+        self.free = size // self.partitions if buffer in ON_CHIP else size
+        self.bytes_per_partition = self.free * dt.itemsize(self.dtype)
+        # Liveness, in instruction indices of the kernel run (for SBUF/PSUM capacity).
+        self.alloc_index = 0
+        self.last_use = 0
+        # PSUM accumulation state per element (see isa/tensor_engine.py).
+        if buffer == PSUM:
+            self.mm_written = np.zeros(size, dtype=bool)
+            self.group_open = np.zeros(size, dtype=bool)
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer in ON_CHIP
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+class NkiTensor:
+    """A view of a :class:`Storage`; see the module docstring for the indexing rules."""
+
+    __slots__ = ("storage", "shape", "strides", "offset", "dtype")
+
+    def __init__(self, storage: Storage, shape=None, strides=None, offset: int = 0, dtype=None):
+        self.storage = storage
+        self.shape = tuple(int(s) for s in (storage.shape if shape is None else shape))
+        self.strides = tuple(int(s) for s in (_contiguous_strides(self.shape) if strides is None else strides))
+        self.offset = int(offset)
+        self.dtype = storage.dtype if dtype is None else dt.normalize(dtype)
+        self._check_bounds()
+
+    # ---- attributes ------------------------------------------------------------------
+    @property
+    def buffer(self) -> str:
+        return self.storage.buffer
+
+    @property
+    def name(self) -> str:
+        return self.storage.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return dt.itemsize(self.dtype)
+
+    @property
+    def on_chip(self) -> bool:
+        return self.storage.on_chip
+
+    @property
+    def partitions(self) -> int:
+        """Partition count (dim 0) of an on-chip tensor; 1 for HBM."""
+        return self.shape[0] if self.on_chip else 1
+
+    @property
+    def start_partition(self) -> int:
+        return self.offset // self.storage.free if self.on_chip else 0
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition (on-chip) or all elements (HBM)."""
+        return self.size // self.partitions if self.shape and self.partitions else self.size
+
+    def __repr__(self):
+        return (f"NkiTensor(name={self.name!r}, shape={self.shape}, dtype={dt.name(self.dtype)}, "
+                f"buffer={self.buffer})")
+
+    def __bool__(self):
+        raise KernelError("an NKI tensor has no truth value at trace time: kernels cannot branch on data")
+
+    def __len__(self):
+        return self.shape[0]
+
+    # ---- storage access ------------------------------------------------------------------
+    def _check_bounds(self):
+        if any(s < 0 for s in self.shape):
+            raise AccessPatternError(f"tensor {self.name}: negative size in shape {self.shape}")
+        if self.size == 0:
+            return
+        lo = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st < 0)
+        hi = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st > 0)
+        if lo < 0 or hi >= self.storage.data.size:
+            raise AccessPatternError(
+                f"tensor {self.name}: view shape={self.shape} strides={self.strides} offset={self.offset} "
+                f"reaches elements [{lo}, {hi}] outside the allocation of {self.storage.data.size} elements")
+
+    def numpy(self) -> np.ndarray:
+        """A writable NumPy view onto the storage (storage dtype; bf16/fp8 via ml_dtypes)."""
+        flat = self.storage.data
+        if self.size == 0:
+            return np.empty(self.shape, dtype=flat.dtype)
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[self.offset:], shape=self.shape, strides=[s * item for s in self.strides])
+
+    def state_view(self, array: np.ndarray) -> np.ndarray:
+        """The same view onto a per-element side array of the storage (PSUM accumulate state)."""
+        item = array.itemsize
+        return np.lib.stride_tricks.as_strided(
+            array[self.offset:], shape=self.shape, strides=[s * item for s in self.strides])
+
+    def read_fp32(self) -> np.ndarray:
+        """Values as the engines read them: upcast to fp32."""
+        return dt.to_fp32(self.numpy(), self.dtype)
+
+    def write(self, values) -> None:
+        """Store values (any numeric array broadcastable to the shape), rounding to this dtype."""
+        if self.dtype is not self.storage.dtype:
+            raise AccessPatternError(f"tensor {self.name}: cannot write through a dtype-reinterpreting view")
+        self.numpy()[...] = dt.cast(np.broadcast_to(values, self.shape), self.dtype)
+
+    def region(self) -> tuple:
+        """(storage id, first partition, last partition + 1, lowest free byte, highest free byte + 1)."""
+        if self.size == 0:
+            return (self.storage.id, 0, 0, 0, 0)
+        lo = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st < 0)
+        hi = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st > 0)
+        item = dt.itemsize(self.storage.dtype)
+        if self.on_chip:
+            free = self.storage.free
+            p0 = self.start_partition
+            p1 = p0 + self.shape[0]
+            rest = list(zip(self.strides[1:], self.shape[1:]))
+            base = self.offset % free
+            f_lo = base + sum(st * (n - 1) for st, n in rest if st < 0)
+            f_hi = base + sum(st * (n - 1) for st, n in rest if st > 0)
+            return (self.storage.id, p0, p1, f_lo * item, (f_hi + 1) * item)
+        return (self.storage.id, 0, 1, lo * item, (hi + 1) * item)
+
+    def free_pattern(self) -> list:
+        """The free-dim access pattern as ``[[stride, num], ...]`` with mergeable dims merged."""
+        dims = [(st, n) for st, n in zip(self.strides[1:] if self.on_chip else self.strides,
+                                         self.shape[1:] if self.on_chip else self.shape) if n != 1]
+        merged: list = []
+        for st, n in dims:
+            if merged and merged[-1][0] == st * n:
+                merged[-1] = [st, merged[-1][1] * n]
+            else:
+                merged.append([st, n])
+        return merged or [[1, 1]]
+
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for st, n in reversed(list(zip(self.strides, self.shape))):
+            if n != 1 and st != expected:
+                return False
+            expected *= n
+        return True
+
+    # ---- views ------------------------------------------------------------------------
+    def _view(self, shape, strides, offset, dtype=None) -> "NkiTensor":
+        return NkiTensor(self.storage, shape, strides, offset, self.dtype if dtype is None else dtype)
+
+    def __getitem__(self, key) -> "NkiTensor":
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(i for i, k in enumerate(key) if k is Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        if len(key) > self.ndim:
+            raise AccessPatternError(f"tensor {self.name}: {len(key)} indices for a rank-{self.ndim} tensor")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        shape, strides, kept_int = [], [], []
+        offset = self.offset
+        for dim, (k, n, st) in enumerate(zip(key, self.shape, self.strides)):
+            if isinstance(k, NkiTensor):
+                raise AccessPatternError(
+                    f"tensor {self.name}: indexing with a tensor is dynamic addressing; use .ap(scalar_offset=...)")
+            if isinstance(k, slice):
+                start, stop, step = _resolve_slice(k, n, self.name, dim)
+                count = max(0, -(-(stop - start) // step)) if step > 0 else max(0, -(-(start - stop) // -step))
+                if self.on_chip and dim == 0 and step != 1:
+                    raise AccessPatternError(
+                        f"tensor {self.name}: partition dim sliced with step {step}; partitions must be contiguous (step 1)")
+                offset += start * st
+                shape.append(count)
+                strides.append(st * step)
+                kept_int.append(False)
+            else:
+                i = int(k)
+                if i < -n or i >= n:
+                    raise AccessPatternError(f"tensor {self.name}: index {i} out of bounds for dim {dim} of size {n}")
+                i %= n
+                offset += i * st
+                if self.on_chip:
+                    shape.append(1)
+                    strides.append(st)
+                    kept_int.append(dim != 0)
+        if self.on_chip:
+            # Drop integer-indexed free dims while rank stays >= 2; keep the last one otherwise.
+            drop = [i for i, flag in enumerate(kept_int) if flag]
+            if len(shape) - len(drop) < 2 and drop:
+                drop = drop[:-1]
+            shape = [s for i, s in enumerate(shape) if i not in drop]
+            strides = [s for i, s in enumerate(strides) if i not in drop]
+        return self._view(shape, strides, offset)
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> "NkiTensor":
+        key = [slice(None)] * self.ndim
+        key[dim] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim: int, index: int) -> "NkiTensor":
+        if isinstance(index, NkiTensor):
+            raise AccessPatternError(f"tensor {self.name}: select with a tensor index needs indirect DMA (.ap(vector_offset=...))")
+        shape, strides = list(self.shape), list(self.strides)
+        n = shape[dim]
+        if not -n <= index < n:
+            raise AccessPatternError(f"tensor {self.name}: select index {index} out of bounds for dim {dim} of size {n}")
+        offset = self.offset + (index % n) * strides[dim]
+        if self.on_chip and dim == 0:
+            shape[0] = 1
+        else:
+            del shape[dim], strides[dim]
+        return self._view(shape, strides, offset)
+
+    def reshape(self, shape) -> "NkiTensor":
+        shape = [int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,))]
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape[shape.index(-1)] = self.size // known if known else 0
+        if math.prod(shape) != self.size:
+            raise ShapeError(f"tensor {self.name}: reshape {self.shape} -> {tuple(shape)} changes the element count "
+                             f"({self.size} -> {math.prod(shape)})")
+        if self.on_chip:
+            if shape[0] != self.shape[0]:
+                raise AccessPatternError(f"tensor {self.name}: reshape {self.shape} -> {tuple(shape)} changes the "
+                                         f"partition dim; only free dims can be reshaped on chip")
+            if not _is_contiguous(self.shape[1:], self.strides[1:]):
+                raise AccessPatternError(f"tensor {self.name}: reshape needs contiguous free dims, strides are {self.strides}")
+            strides = (self.strides[0],) + _contiguous_strides(shape[1:])
+            return self._view(shape, strides, self.offset)
+        if not self.is_contiguous():
+            raise AccessPatternError(f"tensor {self.name}: reshape needs a contiguous view, strides are {self.strides}")
+        return self._view(shape, _contiguous_strides(shape), self.offset)
+
+    def reshape_dim(self, dim: int, shape) -> "NkiTensor":
+        n, st = self.shape[dim], self.strides[dim]
+        shape = [int(s) for s in shape]
+        if math.prod(shape) != n:
+            raise ShapeError(f"tensor {self.name}: reshape_dim({dim}, {shape}) does not preserve size {n}")
+        if self.on_chip and dim == 0 and len(shape) > 1:
+            raise AccessPatternError(f"tensor {self.name}: the partition dim cannot be split")
+        sub = [st * s for s in _contiguous_strides(shape)]
+        return self._view(self.shape[:dim] + tuple(shape) + self.shape[dim + 1:],
+                          self.strides[:dim] + tuple(sub) + self.strides[dim + 1:], self.offset)
+
+    def flatten_dims(self, start: int, end: int) -> "NkiTensor":
+        dims_shape, dims_strides = self.shape[start:end + 1], self.strides[start:end + 1]
+        if not _is_contiguous(dims_shape, dims_strides, base=dims_strides[-1]):
+            raise AccessPatternError(f"tensor {self.name}: dims {start}..{end} are not mergeable (strides {self.strides})")
+        if self.on_chip and start == 0 and end > 0:
+            raise AccessPatternError(f"tensor {self.name}: the partition dim cannot be merged with free dims")
+        return self._view(self.shape[:start] + (math.prod(dims_shape),) + self.shape[end + 1:],
+                          self.strides[:start] + (dims_strides[-1],) + self.strides[end + 1:], self.offset)
+
+    def permute(self, dims) -> "NkiTensor":
+        dims = [int(d) % self.ndim for d in dims]
+        if sorted(dims) != list(range(self.ndim)):
+            raise ShapeError(f"tensor {self.name}: permute({dims}) is not a permutation of {self.ndim} dims")
+        if self.on_chip and dims[0] != 0:
+            raise AccessPatternError(f"tensor {self.name}: permute({dims}) moves the partition dim; dims[0] must stay 0 on chip")
+        return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset)
+
+    def broadcast(self, dim: int, size: int) -> "NkiTensor":
+        if self.shape[dim] != 1:
+            raise ShapeError(f"tensor {self.name}: broadcast dim {dim} has size {self.shape[dim]}, must be 1")
+        if self.on_chip and dim == 0:
+            raise AccessPatternError(f"tensor {self.name}: the partition dim of an on-chip tensor cannot be broadcast "
+                                     f"(DMA from an HBM view broadcast along dim 0 instead)")
+        shape, strides = list(self.shape), list(self.strides)
+        shape[dim], strides[dim] = int(size), 0
+        return self._view(shape, strides, self.offset)
+
+    def expand_dim(self, dim: int) -> "NkiTensor":
+        dim = dim % (self.ndim + 1)
+        return self._view(self.shape[:dim] + (1,) + self.shape[dim:], self.strides[:dim] + (0,) + self.strides[dim:],
+                          self.offset)
+
+    def squeeze_dim(self, dim: int) -> "NkiTensor":
+        if self.shape[dim] != 1:
+            raise ShapeError(f"tensor {self.name}: squeeze_dim({dim}) on a dim of size {self.shape[dim]}")
+        return self._view(self.shape[:dim] + self.shape[dim + 1:], self.strides[:dim] + self.strides[dim + 1:], self.offset)
+
+    def view(self, dtype) -> "NkiTensor":
+        """Reinterpret the bits as ``dtype`` (rescales the last dim); needs a contiguous last dim."""
+        dtype = dt.normalize(dtype)
+        old, new = self.itemsize, dt.itemsize(dtype)
+        if old == new:
+            storage = Storage.__new__(Storage)
+            storage.__dict__.update(self.storage.__dict__)
+            storage.dtype = dtype
+            storage.data = self.storage.data.view(dt.storage(dtype))
+            return NkiTensor(storage, self.shape, self.strides, self.offset)
+        raise AccessPatternError(f"tensor {self.name}: view({dt.name(dtype)}) changes the element size "
+                                 f"({old} -> {new} bytes); only same-size reinterpretation is supported by nkisim")
+
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None) -> "NkiTensor":
+        """Access pattern over the flattened storage: ``[[step, num], ...]`` loop nest from ``offset``."""
+        if vector_offset is not None:
+            raise AccessPatternError(f"tensor {self.name}: .ap(vector_offset=...) indirect DMA is not simulated by nkisim")
+        pattern = [[int(s), int(n)] for s, n in pattern]
+        start = self.offset if offset is None else int(offset)
+        if scalar_offset is not None:
+            start += int(scalar_offset) * math.prod(self.storage.shape[indirect_dim + 1:])
+        if self.on_chip and (not pattern or pattern[0][0] != self.storage.free):
+            raise AccessPatternError(
+                f"tensor {self.name}: on-chip .ap() must start with [free_size_of_storage={self.storage.free}, "
+                f"n_partitions], got {pattern[:1]}")
+        view = NkiTensor(self.storage, [n for _, n in pattern], [s for s, _ in pattern], start)
+        return view if dtype is None else view.view(dtype)
+
+    def get_pattern(self) -> list:
+        return [[st, n] for st, n in zip(self.strides, self.shape)]
+
+
+def _is_contiguous(shape, strides, base: int = 1) -> bool:
+    expected = base
+    for st, n in reversed(list(zip(strides, shape))):
+        if n != 1 and st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _resolve_slice(k: slice, n: int, name: str, dim: int):
+    step = 1 if k.step is None else int(k.step)
+    if step == 0:
+        raise AccessPatternError(f"tensor {name}: slice step 0 on dim {dim}")
+    if step > 0:
+        start = 0 if k.start is None else int(k.start)
+        stop = n if k.stop is None else int(k.stop)
+        start += n if start < 0 else 0
+        stop += n if stop < 0 else 0
+        if not (0 <= start <= n) or not (0 <= stop <= n):
+            raise AccessPatternError(
+                f"tensor {name}: slice {start}:{stop} out of bounds for dim {dim} of size {n} "
+                f"(NKI does not clip; clip ragged tiles with min())")
+        return start, max(start, stop), step
+    start = n - 1 if k.start is None else int(k.start)
+    stop = -1 if k.stop is None else int(k.stop)
+    start += n if start < 0 else 0
+    if k.stop is not None and stop < 0:
+        stop += n
+    if not (0 <= start < n or n == 0) or stop < -1:
+        raise AccessPatternError(f"tensor {name}: slice out of bounds for dim {dim} of size {n}")
+    return start, min(start, stop), step
+
+
+class ds:
+    """``nl.ds(start, size)``: the slice ``start:start+size``."""
+
+    def __new__(cls, start, size):
+        return slice(int(start), int(start) + int(size), 1)
