@@ -1,0 +1,114 @@
+"""Which implementation computes attention, and how tensors reach the NKI kernel.
+
+``NEURON_VIT_ATTN_BACKEND`` (read at every call):
+
+=============  =================================================================================
+``auto``       default. ``neuron`` tensors: the NKI kernel through ``nki.jit``. CPU tensors: the
+               eager reference (``reference.py``).
+``sim``        CPU tensors: the same NKI kernel run by the NKI simulator (``nkisim`` from the
+               neuron-vit-attn source repository, which stands in for ``nki``). ``neuron`` tensors:
+               as ``auto``.
+``reference``  the eager reference on every device (debugging, bisecting numerical issues).
+=============  =================================================================================
+
+Inputs the kernel does not cover (``_validation.kernel_unsupported_reason``) run the reference on
+any backend, with a one-time warning.
+
+Layout without copies: Transformers hands q/k/v as (B, H, S, D) views of a contiguous (B, S, H, D)
+projection. When ``q.transpose(1, 2)`` is contiguous the kernel reads that buffer directly with
+``layout="bshd"``; otherwise it gets contiguous (B, H, S, D) (``layout="bhsd"``, a copy only if q
+is not already contiguous). k and v follow q's layout (copied into it only when they differ).
+The kernel writes ``out`` in q's layout; :func:`output_layout` is the single rule that the op's
+real and fake implementations share, so their strides agree.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+BACKEND_ENV = "NEURON_VIT_ATTN_BACKEND"
+BACKENDS = ("auto", "sim", "reference")
+LAYOUT_BHSD = "bhsd"
+LAYOUT_BSHD = "bshd"
+
+_NKISIM_HELP = ("NEURON_VIT_ATTN_BACKEND=sim runs the NKI kernel in nkisim, the CPU interpreter of NKI that "
+                "ships with the neuron-vit-attn source repository (not with the Hub build): clone the "
+                "repository and `pip install -e .` in it, or unset NEURON_VIT_ATTN_BACKEND to use the "
+                "eager reference on CPU")
+_NKI_HELP = ("the neuron device path calls the NKI kernel through nki.jit and needs the NKI package from "
+             "the AWS Neuron pip index (pip install nki --extra-index-url "
+             "https://pip.repos.neuron.amazonaws.com); PyPI's `nki` is a placeholder that does not work")
+
+
+def selected_backend() -> str:
+    """The value of NEURON_VIT_ATTN_BACKEND (default ``auto``), validated."""
+    value = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if value not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={os.environ.get(BACKEND_ENV)!r} is not valid; use one of "
+                         f"{', '.join(BACKENDS)} (auto: NKI kernel on neuron, reference on CPU; "
+                         f"sim: the NKI kernel in nkisim on CPU; reference: eager everywhere)")
+    return value
+
+
+def output_layout(query: torch.Tensor) -> str:
+    """``bshd`` when q is a (B, H, S, D) view of a contiguous (B, S, H, D) buffer, else ``bhsd``.
+
+    A q that is contiguous both ways (H == 1 or S == 1) counts as ``bhsd``.
+    """
+    if not query.is_contiguous() and query.transpose(1, 2).is_contiguous():
+        return LAYOUT_BSHD
+    return LAYOUT_BHSD
+
+
+def empty_output(query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """An uninitialised (B, Hq, Sq, Dv) output with the strides of q's layout."""
+    batch, heads, q_len, _ = query.shape
+    v_dim = value.shape[-1]
+    if output_layout(query) == LAYOUT_BSHD:
+        return query.new_empty((batch, q_len, heads, v_dim)).transpose(1, 2)
+    return query.new_empty((batch, heads, q_len, v_dim))
+
+
+def to_kernel_layout(query, key, value):
+    """(q, k, v, layout) as the kernel takes them; see the module docstring."""
+    layout = output_layout(query)
+    if layout == LAYOUT_BSHD:
+        return (query.transpose(1, 2), key.transpose(1, 2).contiguous(), value.transpose(1, 2).contiguous(),
+                layout)
+    return query.contiguous(), key.contiguous(), value.contiguous(), layout
+
+
+def from_kernel_layout(out: torch.Tensor, layout: str) -> torch.Tensor:
+    """The kernel's output as a (B, H, S, D) tensor (a transpose view for ``bshd``)."""
+    return out.transpose(1, 2) if layout == LAYOUT_BSHD else out
+
+
+def device_kernel():
+    """The ``@nki.jit`` attention kernel for ``neuron`` tensors (real NKI on a Trainium host)."""
+    try:
+        from ._nki.attention import attention_fwd
+    except ImportError as err:
+        raise RuntimeError(f"neuron_vit_attn: cannot import the NKI kernel ({err}); {_NKI_HELP}") from err
+    return attention_fwd
+
+
+def simulated_kernel():
+    """The same kernel wrapped by ``nki.simulate`` after ``nkisim.install()`` (CPU tensors in and out)."""
+    try:
+        import nkisim
+    except ImportError as err:
+        raise RuntimeError(_NKISIM_HELP) from err
+    nkisim.install()
+    import nki
+
+    from ._nki.attention import attention_fwd
+    return nki.simulate(attention_fwd)
+
+
+def run_kernel(kernel, query, key, value, mask, scale: float, is_causal: bool):
+    """Call the NKI kernel with q/k/v in q's layout; returns (out (B, Hq, Sq, D) in q's layout, lse)."""
+    q, k, v, layout = to_kernel_layout(query, key, value)
+    out, lse = kernel(q, k, v, mask, scale=scale, is_causal=is_causal, layout=layout, return_lse=True)
+    return from_kernel_layout(out, layout), lse

@@ -1,0 +1,113 @@
+"""The ``attention_fwd`` torch custom op: schema, device kernels, fake implementation, autograd.
+
+Schema (namespace from ``_ops.py``)::
+
+    attention_fwd(Tensor query, Tensor key, Tensor value, Tensor? mask, float scale, bool is_causal)
+        -> (Tensor out, Tensor lse)
+
+Inputs follow the kernel contract after :func:`neuron_vit_attn.attention` has validated and
+prepared them: q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) with any strides; mask None or additive float
+(Bm, Hm, Sq, Sk) in the reference's compute dtype (float32, or float64 for float64 inputs).
+Outputs are fresh tensors (never views of inputs, as ``opcheck`` requires): ``out`` (B, Hq, Sq, Dv)
+with the strides of q's layout (``_backend.output_layout``), ``lse`` (B, Hq, Sq) contiguous.
+
+Kernels: CPU -> eager reference, or the NKI kernel in the simulator (NEURON_VIT_ATTN_BACKEND=sim);
+PrivateUse1 (the ``neuron`` device of TorchNeuron) -> the NKI kernel through ``nki.jit``.
+
+Backward: no NKI backward kernel exists yet, so the gradient RECOMPUTES the forward through the
+eager reference (``reference.attention_with_lse``) under autograd, on the inputs' device. It is
+exact (not an approximation of the kernel's numerics) and costs one extra eager forward plus its
+backward, with O(Sq * Sk) memory per head.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _backend
+from ._ops import add_op_namespace_prefix
+from ._validation import kernel_unsupported_reason, warn_once
+from .reference import attention_with_lse, compute_dtype
+
+OP_NAME = add_op_namespace_prefix("attention_fwd")
+
+
+def _fresh_outputs(query, value, out, lse):
+    """Copy ``out`` into a tensor with the op's output strides unless it already has them."""
+    result = _backend.empty_output(query, value)
+    if out.stride() == result.stride() and out.dtype == result.dtype:
+        return out, lse.contiguous()
+    result.copy_(out)
+    return result, lse.contiguous()
+
+
+def _reference(query, key, value, mask, scale, is_causal):
+    out, lse = attention_with_lse(query, key, value, mask, scale, is_causal)
+    return _fresh_outputs(query, value, out, lse)
+
+
+def _warn_reference_fallback(reason: str, where: str) -> None:
+    warn_once(f"fallback:{where}:{reason}",
+              f"neuron_vit_attn: the NKI attention kernel does not support {reason}; running the eager "
+              f"reference instead ({where}). This warning is shown once.")
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=(), device_types="cpu")
+def attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
+                  scale: float, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU: the eager reference (``auto``, ``reference``) or the NKI kernel in the simulator (``sim``)."""
+    if _backend.selected_backend() == "sim":
+        reason = kernel_unsupported_reason(query, key, value)
+        if reason is None:
+            out, lse = _backend.run_kernel(_backend.simulated_kernel(), query, key, value, mask, scale, is_causal)
+            return _fresh_outputs(query, value, out, lse)
+        _warn_reference_fallback(reason, "NEURON_VIT_ATTN_BACKEND=sim")
+    return _reference(query, key, value, mask, scale, is_causal)
+
+
+@attention_fwd.register_kernel("privateuseone")
+def _attention_fwd_neuron(query, key, value, mask, scale, is_causal):
+    """``neuron`` device: the NKI kernel on the device tensors (reference if forced or unsupported)."""
+    if _backend.selected_backend() != "reference":
+        reason = kernel_unsupported_reason(query, key, value)
+        if reason is None:
+            out, lse = _backend.run_kernel(_backend.device_kernel(), query, key, value, mask, scale, is_causal)
+            return _fresh_outputs(query, value, out, lse)
+        _warn_reference_fallback(reason, "neuron device")
+    return _reference(query, key, value, mask, scale, is_causal)
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(query, key, value, mask, scale, is_causal):
+    batch, heads, q_len, _ = query.shape
+    lse = query.new_empty((batch, heads, q_len), dtype=compute_dtype(query.dtype))
+    return _backend.empty_output(query, value), lse
+
+
+def _setup_context(ctx, inputs, output):
+    query, key, value, mask, scale, is_causal = inputs
+    ctx.save_for_backward(query, key, value, mask)
+    ctx.scale = scale
+    ctx.is_causal = is_causal
+
+
+def _backward(ctx, grad_out, grad_lse):
+    """Recompute through the eager reference and differentiate it (see the module docstring)."""
+    saved = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:4]
+    with torch.enable_grad():
+        leaves = [None if t is None else t.detach().requires_grad_(need) for t, need in zip(saved, needs)]
+        out, lse = attention_with_lse(*leaves, ctx.scale, ctx.is_causal)
+        outputs, grads = [out], [grad_out]
+        if grad_lse is not None:
+            outputs.append(lse)
+            grads.append(grad_lse)
+        wanted = [t for t, need in zip(leaves, needs) if need and t is not None]
+        computed = iter(torch.autograd.grad(outputs, wanted, grads, allow_unused=True) if wanted else ())
+    input_grads = [next(computed) if need and t is not None else None for t, need in zip(leaves, needs)]
+    return (*input_grads, None, None)
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
