@@ -91,7 +91,16 @@ def _softplus(x):
 
 # ---- ALU binary operators ---------------------------------------------------------------------
 add = Op("add", _f32(np.add), identity=0.0, reduce_fn=np.sum)
-subtract = Op("subtract", _f32(np.subtract))
+def _subtract_fold(values, axis):
+    # A subtract reduction folds left: x0 - x1 - ... - xn (the ALU table marks subtract as a legal
+    # reduction without saying more; this is nkisim's reading).
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    moved = np.moveaxis(values, axes, range(values.ndim - len(axes), values.ndim))
+    flat = moved.reshape(moved.shape[:values.ndim - len(axes)] + (-1,))
+    return flat[..., 0] - np.sum(flat[..., 1:], axis=-1)
+
+
+subtract = Op("subtract", _f32(np.subtract), identity=0.0, reduce_fn=_subtract_fold)
 multiply = Op("multiply", _f32(np.multiply), identity=1.0, reduce_fn=np.prod)
 maximum = Op("maximum", _f32(np.maximum), identity=-np.inf, reduce_fn=np.max)
 minimum = Op("minimum", _f32(np.minimum), identity=np.inf, reduce_fn=np.min)
@@ -108,8 +117,11 @@ logical_or = Op("logical_or", _f32(lambda a, b: (a != 0) | (b != 0)), identity=0
 logical_xor = Op("logical_xor", _f32(lambda a, b: (a != 0) ^ (b != 0)), identity=0.0,
                  reduce_fn=lambda v, axis: np.logical_xor.reduce(v != 0, axis=axis))
 power = Op("power", _f32(np.power))
-abs_max = Op("abs_max", _f32(lambda a, b: np.maximum(np.abs(a), np.abs(b))))
-abs_min = Op("abs_min", _f32(lambda a, b: np.minimum(np.abs(a), np.abs(b))))
+# nl.abs_max docstring: "each element is x if |x| > |y|, else y" (sign kept); abs_min likewise.
+abs_max = Op("abs_max", _f32(lambda a, b: np.where(np.abs(a) > np.abs(b), a, b)))
+abs_min = Op("abs_min", _f32(lambda a, b: np.where(np.abs(a) < np.abs(b), a, b)))
+average = Op("average", _f32(lambda a, b: (a + b) / 2), identity=0.0, reduce_fn=np.mean)   # partition reduce only
+bypass = Op("bypass", _f32(lambda a, b: a))      # activate2 pass-through stage
 
 # ---- bitvec operators (integer bit patterns) ------------------------------------------------------
 bitwise_and = Op("bitwise_and", _bits(lambda a, b: a & b), identity=-1, bitvec=True,

@@ -64,7 +64,9 @@ class KernelRun:
         return instr
 
     def _touch(self, t: NkiTensor, write: bool, by_tensor_engine: bool) -> None:
-        t.storage.last_use = self.counter
+        t.storage.base.last_use = self.counter
+        if t.buffer == PSUM and write:
+            t.state_view(t.storage.initialized)[...] = True
         if t.buffer == PSUM and not by_tensor_engine:
             # Another engine touching PSUM closes the matmul accumulation group there; a write
             # also means the values are no longer a matmul result.
@@ -78,8 +80,11 @@ class KernelRun:
             events = []
             for s in self.storages:
                 if s.buffer == buffer:
-                    events.append((s.alloc_index, 1, s))
-                    events.append((s.last_use, 2, s))   # freed after its last use
+                    # Live from the first instruction after the allocation to its last use (inclusive);
+                    # at equal indices allocations sort first, since that instruction uses both.
+                    first = s.alloc_index + 1
+                    events.append((first, 1, s))
+                    events.append((max(first, s.last_use), 2, s))
             events.sort(key=lambda e: (e[0], e[1]))
             live, peak, peak_set, current = 0, 0, [], set()
             for _, kind, s in events:

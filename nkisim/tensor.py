@@ -47,6 +47,9 @@ class Storage:
         self.partitions = self.shape[0] if buffer in ON_CHIP else 1
         self.free = size // self.partitions if buffer in ON_CHIP else size
         self.bytes_per_partition = self.free * dt.itemsize(self.dtype)
+        # The allocation this storage belongs to: itself, or the original for a dtype-reinterpreting
+        # alias made by NkiTensor.view(); liveness is tracked on the base.
+        self.base = self
         # Liveness, in instruction indices of the kernel run (for SBUF/PSUM capacity).
         self.alloc_index = 0
         self.last_use = 0
@@ -54,6 +57,7 @@ class Storage:
         if buffer == PSUM:
             self.mm_written = np.zeros(size, dtype=bool)
             self.group_open = np.zeros(size, dtype=bool)
+            self.initialized = np.zeros(size, dtype=bool)
 
     @property
     def on_chip(self) -> bool:
@@ -199,12 +203,10 @@ class NkiTensor:
         return merged or [[1, 1]]
 
     def is_contiguous(self) -> bool:
-        expected = 1
-        for st, n in reversed(list(zip(self.strides, self.shape))):
-            if n != 1 and st != expected:
-                return False
-            expected *= n
-        return True
+        """Row-major contiguity; on chip only the free dims count (partitions are separate memories)."""
+        if self.on_chip:
+            return _is_contiguous(self.shape[1:], self.strides[1:])
+        return _is_contiguous(self.shape, self.strides)
 
     # ---- views ------------------------------------------------------------------------
     def _view(self, shape, strides, offset, dtype=None) -> "NkiTensor":
@@ -253,6 +255,8 @@ class NkiTensor:
                 drop = drop[:-1]
             shape = [s for i, s in enumerate(shape) if i not in drop]
             strides = [s for i, s in enumerate(strides) if i not in drop]
+        elif not shape:
+            shape, strides = [1], [1]       # HBM views stay at least 1-D
         return self._view(shape, strides, offset)
 
     def slice(self, dim: int, start: int, end: int, step: int = 1) -> "NkiTensor":
@@ -260,9 +264,16 @@ class NkiTensor:
         key[dim] = slice(start, end, step)
         return self[tuple(key)]
 
-    def select(self, dim: int, index: int) -> "NkiTensor":
-        if isinstance(index, NkiTensor):
-            raise AccessPatternError(f"tensor {self.name}: select with a tensor index needs indirect DMA (.ap(vector_offset=...))")
+    def select(self, dim: int, index) -> "NkiTensor":
+        """Select one index of ``dim`` and drop the dim (on chip, dim 0 keeps size 1). A tensor or
+        register index is a dynamic select: nkisim reads its runtime value (one per view; not dim 0 on chip)."""
+        dim = dim % self.ndim
+        if not isinstance(index, (int, np.integer)):
+            if self.on_chip and dim == 0:
+                raise AccessPatternError(f"tensor {self.name}: dynamic select on the partition dim (dim 0) of an "
+                                         f"on-chip tensor; select a free dim")
+            index = runtime_int(index, f"tensor {self.name}: select index")
+        index = int(index)
         shape, strides = list(self.shape), list(self.strides)
         n = shape[dim]
         if not -n <= index < n:
@@ -295,8 +306,12 @@ class NkiTensor:
         return self._view(shape, _contiguous_strides(shape), self.offset)
 
     def reshape_dim(self, dim: int, shape) -> "NkiTensor":
+        dim = dim % self.ndim
         n, st = self.shape[dim], self.strides[dim]
         shape = [int(s) for s in shape]
+        if shape.count(-1) == 1:
+            known = math.prod(s for s in shape if s != -1)
+            shape[shape.index(-1)] = n // known if known and n % known == 0 else -1
         if math.prod(shape) != n:
             raise ShapeError(f"tensor {self.name}: reshape_dim({dim}, {shape}) does not preserve size {n}")
         if self.on_chip and dim == 0 and len(shape) > 1:
@@ -306,6 +321,7 @@ class NkiTensor:
                           self.strides[:dim] + tuple(sub) + self.strides[dim + 1:], self.offset)
 
     def flatten_dims(self, start: int, end: int) -> "NkiTensor":
+        start, end = start % self.ndim, end % self.ndim
         dims_shape, dims_strides = self.shape[start:end + 1], self.strides[start:end + 1]
         if not _is_contiguous(dims_shape, dims_strides, base=dims_strides[-1]):
             raise AccessPatternError(f"tensor {self.name}: dims {start}..{end} are not mergeable (strides {self.strides})")
@@ -323,6 +339,7 @@ class NkiTensor:
         return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset)
 
     def broadcast(self, dim: int, size: int) -> "NkiTensor":
+        dim = dim % self.ndim
         if self.shape[dim] != 1:
             raise ShapeError(f"tensor {self.name}: broadcast dim {dim} has size {self.shape[dim]}, must be 1")
         if self.on_chip and dim == 0:
@@ -334,44 +351,135 @@ class NkiTensor:
 
     def expand_dim(self, dim: int) -> "NkiTensor":
         dim = dim % (self.ndim + 1)
+        if self.on_chip and dim == 0:
+            raise AccessPatternError(f"tensor {self.name}: expand_dim(0) would move the partition dim of an on-chip tensor")
         return self._view(self.shape[:dim] + (1,) + self.shape[dim:], self.strides[:dim] + (0,) + self.strides[dim:],
                           self.offset)
 
     def squeeze_dim(self, dim: int) -> "NkiTensor":
+        dim = dim % self.ndim
+        if self.on_chip and dim == 0:
+            raise AccessPatternError(f"tensor {self.name}: squeeze_dim(0) would remove the partition dim of an on-chip tensor")
         if self.shape[dim] != 1:
             raise ShapeError(f"tensor {self.name}: squeeze_dim({dim}) on a dim of size {self.shape[dim]}")
         return self._view(self.shape[:dim] + self.shape[dim + 1:], self.strides[:dim] + self.strides[dim + 1:], self.offset)
 
     def view(self, dtype) -> "NkiTensor":
-        """Reinterpret the bits as ``dtype`` (rescales the last dim); needs a contiguous last dim."""
+        """Reinterpret the bits as ``dtype``; the last dim is scaled by the itemsize ratio and must be
+        contiguous (unit stride). Works on an alias of the storage that shares its bytes and liveness."""
         dtype = dt.normalize(dtype)
         old, new = self.itemsize, dt.itemsize(dtype)
         if old == new:
-            storage = Storage.__new__(Storage)
-            storage.__dict__.update(self.storage.__dict__)
-            storage.dtype = dtype
-            storage.data = self.storage.data.view(dt.storage(dtype))
-            return NkiTensor(storage, self.shape, self.strides, self.offset)
-        raise AccessPatternError(f"tensor {self.name}: view({dt.name(dtype)}) changes the element size "
-                                 f"({old} -> {new} bytes); only same-size reinterpretation is supported by nkisim")
+            return NkiTensor(_alias(self.storage, dtype), self.shape, self.strides, self.offset)
+        if self.shape[-1] != 1 and self.strides[-1] != 1:
+            raise AccessPatternError(f"tensor {self.name}: view({dt.name(dtype)}) needs a unit-stride last dim, "
+                                     f"strides are {self.strides}")
+        if self.buffer == PSUM:
+            raise AccessPatternError(f"tensor {self.name}: nkisim does not reinterpret PSUM tensors with a different "
+                                     f"element size ({old} -> {new} bytes)")
+        if old > new:
+            r = old // new
+            shape = self.shape[:-1] + (self.shape[-1] * r,)
+            strides = tuple(st * r for st in self.strides[:-1]) + (1,)
+            offset = self.offset * r
+        else:
+            r = new // old
+            if self.shape[-1] % r or self.offset % r or any(st % r for st in self.strides[:-1]):
+                raise AccessPatternError(f"tensor {self.name}: view({dt.name(dtype)}) needs the last dim ({self.shape[-1]}) "
+                                         f"and the offset/strides to be multiples of {r}")
+            shape = self.shape[:-1] + (self.shape[-1] // r,)
+            strides = tuple(st // r for st in self.strides[:-1]) + (1,)
+            offset = self.offset // r
+        return NkiTensor(_alias(self.storage, dtype), shape, strides, offset)
+
+    reinterpret_cast = view
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None) -> "NkiTensor":
         """Access pattern over the flattened storage: ``[[step, num], ...]`` loop nest from ``offset``."""
         if vector_offset is not None:
             raise AccessPatternError(f"tensor {self.name}: .ap(vector_offset=...) indirect DMA is not simulated by nkisim")
+        storage = self.storage if dtype is None else _alias(self.storage, dt.normalize(dtype))
         pattern = [[int(s), int(n)] for s, n in pattern]
         start = self.offset if offset is None else int(offset)
         if scalar_offset is not None:
-            start += int(scalar_offset) * math.prod(self.storage.shape[indirect_dim + 1:])
-        if self.on_chip and (not pattern or pattern[0][0] != self.storage.free):
+            value = runtime_int(scalar_offset, f"tensor {self.name}: .ap(scalar_offset=...)")
+            start += value * math.prod(storage.shape[indirect_dim + 1:])
+        if self.on_chip and (not pattern or pattern[0][0] != storage.free):
             raise AccessPatternError(
-                f"tensor {self.name}: on-chip .ap() must start with [free_size_of_storage={self.storage.free}, "
+                f"tensor {self.name}: on-chip .ap() must start with [free_size_of_storage={storage.free}, "
                 f"n_partitions], got {pattern[:1]}")
-        view = NkiTensor(self.storage, [n for _, n in pattern], [s for s, _ in pattern], start)
-        return view if dtype is None else view.view(dtype)
+        return NkiTensor(storage, [n for _, n in pattern], [s for s, _ in pattern], start)
 
     def get_pattern(self) -> list:
         return [[st, n] for st, n in zip(self.strides, self.shape)]
+
+    def is_indirect(self) -> bool:
+        """nkisim resolves dynamic offsets eagerly, so no view stays indirect."""
+        return False
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> "NkiTensor":
+        """einops-style view: split grouped source dims, permute, merge grouped destination dims."""
+        fixed = dict(fixed_sizes or {})
+        if len(src_pattern) != self.ndim:
+            raise ShapeError(f"tensor {self.name}: rearrange source pattern {src_pattern} has {len(src_pattern)} "
+                             f"entries for a rank-{self.ndim} tensor")
+        view, names = self, []
+        dim = 0
+        for entry, n in zip(src_pattern, self.shape):
+            group = (entry,) if isinstance(entry, str) else tuple(entry)
+            sizes = [fixed.get(g, -1) for g in group]
+            if len(group) > 1:
+                view = view.reshape_dim(dim, sizes)
+                for g, size in zip(group, view.shape[dim:dim + len(group)]):
+                    fixed[g] = size
+            else:
+                fixed[group[0]] = n
+            names.extend(group)
+            dim += len(group)
+        flat_dst = [g for entry in dst_pattern for g in ((entry,) if isinstance(entry, str) else entry)]
+        if sorted(flat_dst) != sorted(names):
+            raise ShapeError(f"tensor {self.name}: rearrange patterns {src_pattern} -> {dst_pattern} name different dims")
+        view = view.permute([names.index(g) for g in flat_dst])
+        dim = 0
+        for entry in dst_pattern:
+            if isinstance(entry, str):
+                dim += 1
+                continue
+            if len(entry) > 1:
+                view = view.flatten_dims(dim, dim + len(entry) - 1)
+            elif len(entry) == 0:
+                view = view.expand_dim(dim)
+            dim += 1
+        return view
+
+
+def _alias(storage: Storage, dtype) -> Storage:
+    """The storage's bytes seen as ``dtype`` (a reinterpreting alias sharing data and liveness)."""
+    base = storage.base
+    if dtype == base.dtype:
+        return base
+    alias = Storage.__new__(Storage)
+    alias.__dict__.update(base.__dict__)
+    alias.dtype = dtype
+    alias.data = base.data.view(dt.storage(dtype))
+    ratio_num, ratio_den = dt.itemsize(base.dtype), dt.itemsize(dtype)
+    alias.free = base.free * ratio_num // ratio_den
+    alias.shape = base.shape[:-1] + (base.shape[-1] * ratio_num // ratio_den,)
+    alias.base = base
+    return alias
+
+
+def runtime_int(value, what: str) -> int:
+    """The runtime value of a dynamic index: an int, a ``VirtualRegister`` or a 1-element tensor."""
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, NkiTensor):
+        if value.size != 1:
+            raise AccessPatternError(f"{what}: index tensor {value.name} has shape {value.shape}; it must hold one value")
+        return int(np.asarray(value.numpy()).reshape(-1)[0])
+    if hasattr(value, "value"):
+        return int(value.value)
+    raise AccessPatternError(f"{what}: expected an int, a VirtualRegister or a [1, 1] tensor, got {type(value).__name__}")
 
 
 def _is_contiguous(shape, strides, base: int = 1) -> bool:

@@ -12,6 +12,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from . import dtypes as dt
+from .cost.regions import storage_box
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class Operand:
     inner_stride: int     # innermost free-dim stride, in elements (1 = unit stride)
     region: tuple         # (storage id, p0, p1, free byte lo, free byte hi) for dependencies
     write: bool           # True for destinations
+    # For the cost model (nkisim.cost): the box in storage coordinates ((lo, hi) per allocation dim,
+    # None when the view is not a box) and the bytes of the innermost contiguous run (DMA efficiency).
+    box: tuple | None = None
+    contiguous_bytes: int = 0
 
     @classmethod
     def of(cls, role: str, tensor, write: bool = False) -> "Operand":
@@ -33,7 +38,8 @@ class Operand:
         return cls(role=role, shape=tensor.shape, dtype=dt.name(tensor.dtype), buffer=tensor.buffer,
                    partitions=tensor.partitions, free_elems=tensor.free_size,
                    nbytes=tensor.size * tensor.itemsize, inner_stride=abs(pattern[-1][0]),
-                   region=tensor.region(), write=write)
+                   region=tensor.region(), write=write, box=storage_box(tensor),
+                   contiguous_bytes=(pattern[-1][1] if abs(pattern[-1][0]) == 1 else 1) * tensor.itemsize)
 
 
 @dataclass

@@ -3,23 +3,35 @@
 | module | instructions |
 |---|---|
 | ``tensor_engine`` | nc_matmul, nc_transpose |
-| ``vector_engine`` | tensor_tensor, tensor_scalar, tensor_reduce, tensor_copy, memset, reciprocal |
+| ``vector_engine`` | tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_reduce, tensor_copy, tensor_copy_predicated, memset, reciprocal |
+| ``vector_reduce`` | tensor_scalar_reduce, exponential (trn3), range_select (trn2+), select_reduce, bn_stats, bn_aggr, max8 |
 | ``scalar_engine`` | activation, activation_reduce |
 | ``gpsimd`` | iota, affine_select |
-| ``dma`` | dma_copy |
+| ``dma`` | dma_copy, dma_transpose (trn2+) |
+| ``registers`` | VirtualRegister, register_alloc/move/load/store (and nl.fori_loop / nl.while_loop) |
 
 Every instruction validates its operands against the hardware rules of nki-reference.md
 (raising ``nkisim.errors`` classes), executes in NumPy, and returns the recorded
-:class:`nkisim.trace.Instruction`.
+:class:`nkisim.trace.Instruction` (nkisim's ``NkiInstruction``).
 """
 
+from ..errors import NkiError as NkiValidationError  # noqa: F401
 from ..target import get as _get_target
-from .dma import dma_copy
+from ..trace import Instruction as NkiInstruction  # noqa: F401
+from .dma import dma_copy, dma_transpose
 from .enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from .gpsimd import affine_select, iota
+from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store
 from .scalar_engine import activation, activation_reduce
 from .tensor_engine import nc_matmul, nc_transpose
-from .vector_engine import memset, reciprocal, tensor_copy, tensor_reduce, tensor_scalar, tensor_tensor
+from .vector_engine import (memset, reciprocal, scalar_tensor_tensor, tensor_copy, tensor_copy_predicated,
+                            tensor_reduce, tensor_scalar, tensor_tensor)
+from .vector_reduce import (bn_aggr, bn_stats, exponential, max8, range_select, select_reduce,
+                            tensor_scalar_reduce)
+
+# Deprecated engine constants kept by NKI 0.6.
+tensor_engine, vector_engine, scalar_engine = engine.tensor, engine.vector, engine.scalar
+gpsimd_engine, unknown_engine = engine.gpsimd, engine.unknown
 
 
 def get_nc_version() -> nc_version:
@@ -28,7 +40,10 @@ def get_nc_version() -> nc_version:
 
 
 __all__ = [
-    "dma_copy", "affine_select", "iota", "activation", "activation_reduce", "nc_matmul", "nc_transpose", "memset",
-    "reciprocal", "tensor_copy", "tensor_reduce", "tensor_scalar", "tensor_tensor",
-    "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd", "get_nc_version",
+    "dma_copy", "dma_transpose", "affine_select", "iota", "activation", "activation_reduce", "nc_matmul",
+    "nc_transpose", "memset", "reciprocal", "scalar_tensor_tensor", "tensor_copy", "tensor_copy_predicated",
+    "tensor_reduce", "tensor_scalar", "tensor_tensor", "bn_aggr", "bn_stats", "exponential", "max8", "range_select",
+    "select_reduce", "tensor_scalar_reduce", "VirtualRegister", "register_alloc", "register_load", "register_move",
+    "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
+    "get_nc_version", "NkiInstruction", "NkiValidationError",
 ]

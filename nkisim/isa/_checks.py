@@ -79,8 +79,10 @@ def not_packed(instr: str, role: str, t: NkiTensor) -> None:
         raise DtypeError(f"{instr}: operand '{role}' has packed MX dtype {dt.name(t.dtype)}; only nc_matmul_mx reads it")
 
 
-def scalar_operand(instr: str, role: str, value, partitions_: int, *, allow_none: bool = False) -> np.ndarray | None:
-    """A compile-time scalar or a ``[P, 1]`` fp32 tile, as fp32 broadcastable to ``(P, 1)``."""
+def scalar_operand(instr: str, role: str, value, partitions_: int, *, allow_none: bool = False,
+                   fp32_only: bool = True) -> np.ndarray | None:
+    """A compile-time scalar or a ``[P, 1]`` tile (fp32 unless ``fp32_only=False``), as fp32
+    broadcastable to ``(P, 1)``."""
     if value is None:
         if allow_none:
             return None
@@ -90,10 +92,12 @@ def scalar_operand(instr: str, role: str, value, partitions_: int, *, allow_none
         if value.shape[0] != partitions_ or value.free_size != 1:
             raise ShapeError(f"{instr}: operand '{role}' has shape {value.shape}; a vector operand must be "
                              f"[{partitions_}, 1] (one value per partition)")
-        if value.dtype != dt.float32:
+        if fp32_only and value.dtype != dt.float32:
             raise DtypeError(f"{instr}: operand '{role}' is {dt.name(value.dtype)}; scalar/vector operands must be "
                              f"float32 (hardware reads them as fp32)")
         return value.read_fp32().reshape(partitions_, 1)
+    if isinstance(value, (bool, np.bool_)):
+        raise ShapeError(f"{instr}: operand '{role}' is a bool; pass a number")
     if isinstance(value, (numbers.Number, np.number)):
         return np.array([[value]], dtype=np.float32)
     raise ShapeError(f"{instr}: operand '{role}' must be a number or a [P, 1] float32 tile, got {type(value).__name__}")

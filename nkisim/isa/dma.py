@@ -12,21 +12,42 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import runtime
-from ..errors import DtypeError, ShapeError
-from ..tensor import HBM_BUFFERS, SBUF
+from ..errors import DtypeError, MemoryPlacementError, ShapeError
+from ..tensor import HBM_BUFFERS, PSUM, SBUF
 from . import _checks as chk
+from ..errors import limit_error
 from .enums import dge_mode as dge_mode_enum
+from .enums import engine as engine_enum
+from .enums import oob_mode as oob_mode_enum
+
+# dma_transpose default permutation by rank (docstring): 2-D [1, 0], 3-D [2, 1, 0], 4-D [3, 1, 2, 0].
+TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+HWDGE_TRANSPOSE_ROWS = 16
 
 DMA_BUFFERS = (SBUF,) + HBM_BUFFERS
 
 
-def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None, name=None):
+def _dma_operands(instr, roles_tensors, allowed=DMA_BUFFERS):
+    for role, t in roles_tensors:
+        chk.tensor(instr, role, t)
+        if t.buffer == PSUM:
+            raise MemoryPlacementError(f"{instr}: operand '{role}' is in psum; DMA cannot access PSUM (NKI 0.3.0+), "
+                                       f"allowed buffers are {', '.join(allowed)}; evict PSUM with nisa.tensor_copy first")
+        chk.buffer(instr, role, t, allowed)
+        chk.partitions(instr, role, t, compute=False)
+
+
+def dma_copy(dst, src, priority=None, oob_mode=oob_mode_enum.error, dge_mode=dge_mode_enum.unknown,
+             engine=engine_enum.unknown, name=None):
     instr = "dma_copy"
     run = runtime.begin(instr)
-    for role, t in (("dst", dst), ("src", src)):
-        chk.tensor(instr, role, t)
-        chk.buffer(instr, role, t, DMA_BUFFERS)
-        chk.partitions(instr, role, t, compute=False)
+    _dma_operands(instr, (("dst", dst), ("src", src)))
+    if dge_mode == dge_mode_enum.hwdge:
+        chk.target_at_least(instr, "dge_mode=hwdge", run.target, 3)
+    if priority is not None:
+        chk.target_at_least(instr, "priority", run.target, 4)
+        if int(priority) not in range(4):
+            raise limit_error(ShapeError, instr, "priority", "value", priority, "0..3")
     if dst.size != src.size:
         raise ShapeError(f"{instr}: dst has {dst.size} elements {dst.shape}, src has {src.size} {src.shape}; "
                          f"element counts must match")
@@ -42,3 +63,40 @@ def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None,
         dst.numpy()[...] = np.reshape(src.numpy(), dst.shape)
     return run.emit(instr, "dma", reads=[("src", src)], writes=[("dst", dst)], label=name,
                     dge_mode=None if dge_mode is None else int(dge_mode))
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unknown, oob_mode=oob_mode_enum.error,
+                  name=None):
+    """trn2+: ``dst = src.transpose(axes)`` by DMA, bit-exact; src in HBM or SBUF, dst in SBUF, equal
+    2- or 4-byte dtypes; dst shape must equal the permuted src shape, rank included. Supported axes:
+    (1, 0), (2, 1, 0), (3, 1, 2, 0) (the default for the rank). ``dge_mode=hwdge`` adds the HW DGE
+    limits (2-byte dtype, src.shape[-1] <= 128, 16 rows for 2-D). Indirect (vector_offset) sources
+    are not simulated."""
+    instr = "dma_transpose"
+    run = runtime.begin(instr)
+    chk.target_at_least(instr, "nisa.dma_transpose", run.target, 3)
+    _dma_operands(instr, (("src", src),))
+    _dma_operands(instr, (("dst", dst),), allowed=(SBUF,))
+    if src.dtype != dst.dtype:
+        raise DtypeError(f"{instr}: src dtype {dt.name(src.dtype)} must equal dst dtype {dt.name(dst.dtype)}")
+    if dt.itemsize(src.dtype) not in (2, 4):
+        raise DtypeError(f"{instr}: dtype {dt.name(src.dtype)} has {dt.itemsize(src.dtype)} bytes; DMA transpose "
+                         f"handles 2- and 4-byte dtypes")
+    rank = len(src.shape)
+    if rank not in TRANSPOSE_AXES:
+        raise ShapeError(f"{instr}: src has rank {rank}; DMA transpose supports rank 2, 3 or 4")
+    axes = TRANSPOSE_AXES[rank] if axes is None else tuple(int(a) for a in axes)
+    if axes != TRANSPOSE_AXES[rank]:
+        raise ShapeError(f"{instr}: axes {axes} not supported for rank {rank}; use {TRANSPOSE_AXES[rank]}")
+    expected = tuple(src.shape[a] for a in axes)
+    if tuple(dst.shape) != expected:
+        raise ShapeError(f"{instr}: dst shape {dst.shape} must equal the transposed src shape {expected} (rank included)")
+    if dge_mode == dge_mode_enum.hwdge:
+        if dt.itemsize(src.dtype) != 2:
+            raise DtypeError(f"{instr}: dge_mode=hwdge needs a 2-byte dtype, got {dt.name(src.dtype)}")
+        if src.shape[-1] > 128:
+            raise limit_error(ShapeError, instr, "src", "last dim (hwdge)", src.shape[-1], 128)
+        if rank == 2 and src.shape[0] != HWDGE_TRANSPOSE_ROWS:
+            raise limit_error(ShapeError, instr, "src", "rows (hwdge, 2-D)", src.shape[0], f"exactly {HWDGE_TRANSPOSE_ROWS}")
+    dst.numpy()[...] = np.transpose(src.numpy(), axes)
+    return run.emit(instr, "dma", reads=[("src", src)], writes=[("dst", dst)], label=name, axes=axes)

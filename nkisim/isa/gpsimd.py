@@ -14,8 +14,11 @@ import numpy as np
 from .. import ops as ops_mod
 from .. import runtime
 from ..errors import ShapeError, limit_error
-from ..tensor import SBUF
+from ..tensor import SBUF, NkiTensor
 from . import _checks as chk
+
+_INT_COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+                "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal}
 
 
 def affine_values(instr: str, role: str, pattern, partitions: int, offset: int, channel_multiplier: int) -> np.ndarray:
@@ -33,6 +36,7 @@ def affine_values(instr: str, role: str, pattern, partitions: int, offset: int, 
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     instr = "iota"
     run = runtime.begin(instr)
+    chk.gpsimd_no_psum(instr, [("dst", dst)])
     chk.on_chip_operands(instr, [("dst", dst)], allowed=(SBUF,))
     n = math.prod(int(num) for _, num in pattern)
     if dst.free_size != n:
@@ -48,16 +52,20 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     instr = "affine_select"
     run = runtime.begin(instr)
     operands = [("dst", dst), ("on_true_tile", on_true_tile)]
+    chk.gpsimd_no_psum(instr, operands)
     chk.on_chip_operands(instr, operands, allowed=(SBUF,))
     chk.same_partitions(instr, operands)
     chk.same_free_size(instr, operands)
     n = math.prod(int(num) for _, num in pattern)
     if dst.free_size != n:
         raise ShapeError(f"{instr}: dst has {dst.free_size} elements per partition, pattern {pattern} generates {n}")
-    if not isinstance(cmp_op, ops_mod.Op) or cmp_op.binary is None or cmp_op.bitvec:
+    if not isinstance(cmp_op, ops_mod.Op) or cmp_op.name not in _INT_COMPARE:
         raise ShapeError(f"{instr}: cmp_op must be a comparison operator such as nl.greater_equal, got {cmp_op!r}")
-    affine = affine_values(instr, "pattern", pattern, dst.shape[0], offset, channel_multiplier).astype(np.float32)
-    keep = cmp_op.binary(affine, np.float32(0)) != 0
+    if isinstance(on_false_value, NkiTensor) or not isinstance(on_false_value, (int, float, np.number)):
+        raise ShapeError(f"{instr}: on_false_value must be a float32 scalar, got {type(on_false_value).__name__}")
+    # The affine value is int32 on hardware; compare exactly in int64 rather than through fp32.
+    affine = affine_values(instr, "pattern", pattern, dst.shape[0], offset, channel_multiplier)
+    keep = _INT_COMPARE[cmp_op.name](affine, 0)
     values = np.where(keep, chk.values_2d(on_true_tile), np.float32(on_false_value))
     chk.write_2d(dst, values)
     return run.emit(instr, "gpsimd", reads=[("on_true_tile", on_true_tile)], writes=[("dst", dst)], label=name,

@@ -3,12 +3,9 @@
 ``dst = op(data * scale + bias)`` per element in fp32, rounded to dst's dtype. ``scale`` is an
 fp32 scalar or ``[P, 1]`` fp32 tile; ``bias`` is a ``[P, 1]`` tile (trn1) or also a scalar
 (trn2+). The engine keeps 128 fp32 accumulator registers, one per partition lane, driven by
-``reduce_cmd``:
-
-* ``reset`` / ``reset_reduce`` zero the registers first;
-* ``reduce`` / ``reset_reduce`` add the row sums of the activated (fp32) values;
-* ``load_reduce`` is not simulated (it loads registers from memory on hardware);
-* ``reduce_res`` (a ``[P, 1]`` tile), when given, receives the registers afterwards.
+``reduce_cmd`` (idle, reset, reduce, reset_reduce; see ``_accumulators.py`` for the exact rules);
+``reduce_res`` (a ``[P, 1]`` tile), when given, receives the registers afterwards, also with
+``idle`` (the docstring's pseudo-code: ``if reduce_res: reduce_res = reduce_regs``).
 
 So ``activation(..., reduce_op=nl.add, reduce_res=s, reduce_cmd=reduce_cmd.reset_reduce)`` is a
 fused exp-and-row-sum, and a chain ``reset`` ... ``reduce`` ... with ``reduce_res`` on the last
@@ -25,37 +22,14 @@ from .. import runtime
 from ..errors import DtypeError, ShapeError, TargetError
 from ..tensor import NkiTensor
 from . import _checks as chk
+from . import _accumulators as acc
 from .enums import reduce_cmd as reduce_cmd_enum
 
-
-def accumulators(run, engine: str) -> np.ndarray:
-    """The 128 fp32 accumulator registers of ``engine`` ("scalar" or "vector") in this launch."""
-    regs = getattr(run, "accumulators", None)
-    if regs is None:
-        regs = run.accumulators = {"scalar": np.zeros(128, np.float32), "vector": np.zeros(128, np.float32)}
-    return regs[engine]
+ACTIVATION_CMDS = (reduce_cmd_enum.idle, reduce_cmd_enum.reset, reduce_cmd_enum.reduce, reduce_cmd_enum.reset_reduce)
 
 
-def apply_reduce_cmd(instr, run, engine, cmd, row_values, reduce_fn, identity, reduce_res, reads_writes):
-    """Update ``engine``'s registers per ``cmd`` with ``reduce_fn`` over ``row_values`` ([P, F] fp32)."""
-    regs = accumulators(run, engine)
-    p = row_values.shape[0]
-    if cmd == reduce_cmd_enum.load_reduce:
-        raise TargetError(f"{instr}: reduce_cmd=load_reduce is not simulated by nkisim")
-    if cmd in (reduce_cmd_enum.reset, reduce_cmd_enum.reset_reduce):
-        regs[:] = identity
-    if cmd in (reduce_cmd_enum.reduce, reduce_cmd_enum.reset_reduce):
-        with np.errstate(all="ignore"):
-            regs[:p] = reduce_fn(np.concatenate([regs[:p, None], row_values], axis=1), axis=1)
-    if reduce_res is not None:
-        chk.on_chip_operands(instr, [("reduce_res", reduce_res)])
-        if reduce_res.shape[0] != p or reduce_res.free_size != 1:
-            raise ShapeError(f"{instr}: operand 'reduce_res' has shape {reduce_res.shape}, must be [{p}, 1]")
-        reduce_res.write(regs[:p].reshape(reduce_res.shape))
-        reads_writes.append(("reduce_res", reduce_res))
-
-
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, name=None):
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd_enum.idle,
+               name=None):
     instr = "activation"
     run = runtime.begin(instr)
     target = run.target
@@ -90,12 +64,12 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         pre = (chk.values_2d(data) * scale_v + bias_v).astype(np.float32)
         out = op.unary(pre)
     chk.write_2d(dst, out)
-    cmd = reduce_cmd_enum.idle if reduce_cmd is None else reduce_cmd
+    cmd = acc.normalize_cmd(instr, reduce_cmd, ACTIVATION_CMDS)
     writes = [("dst", dst)]
-    if reduce_op is not None or reduce_res is not None or cmd != reduce_cmd_enum.idle:
-        if reduce_op is not None and reduce_op is not ops_mod.add:
-            raise ShapeError(f"{instr}: reduce_op must be nl.add, got {reduce_op!r}")
-        apply_reduce_cmd(instr, run, "scalar", cmd, out, np.sum, 0.0, reduce_res, writes)
+    if reduce_op is not None and reduce_op is not ops_mod.add:
+        raise ShapeError(f"{instr}: reduce_op must be nl.add (ScalarE accumulates sums), got {reduce_op!r}")
+    acc.check_reduce_res(instr, reduce_res, p)
+    acc.update(instr, run, "scalar", cmd, out, ops_mod.add, data.start_partition, reduce_res, writes)
     return run.emit(instr, "scalar", reads=reads, writes=writes, label=name, op=op.name,
                     reduce=reduce_res is not None, reduce_cmd=int(cmd))
 

@@ -24,10 +24,12 @@ from .. import runtime
 from ..errors import DtypeError, ShapeError, TargetError, limit_error
 from ..tensor import PSUM, SBUF
 from . import _checks as chk
+from .enums import engine as engine_enum
+from .enums import matmul_perf_mode
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              accumulate=None, tile_position=(), tile_size=(), perf_mode=None, name=None):
+              accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
     instr = "nc_matmul"
     run = runtime.begin(instr)
     target = run.target
@@ -88,13 +90,19 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         mv = moving.read_fp32().reshape(k, n)
     product = (s.T @ mv).astype(np.float32)
 
+    if isinstance(accumulate, (bool, np.bool_)):
+        accumulate = bool(accumulate)
     written = dst.state_view(dst.storage.mm_written)
     group = dst.state_view(dst.storage.group_open)
     current = dst.read_fp32().reshape(m, n)
     if accumulate is True:
-        if not written.all():
-            raise ShapeError(f"{instr}: accumulate=True onto PSUM tensor {dst.name} elements that no matmul wrote "
-                             f"(undefined behaviour on hardware); start the group with accumulate=False")
+        # v2/v3: only a matmul result may be accumulated onto; v4 also accepts PSUM initialised by
+        # another engine (e.g. memset). Uninitialised PSUM is undefined behaviour everywhere.
+        ok = written if target.nc_version < 4 else dst.state_view(dst.storage.initialized)
+        if not ok.all():
+            what = "no matmul wrote" if target.nc_version < 4 else "were never written"
+            raise ShapeError(f"{instr}: accumulate=True onto PSUM tensor {dst.name} elements that {what} "
+                             f"(undefined behaviour on {target.name}); start the group with accumulate=False")
         result = current + product
     elif accumulate is False:
         result = product
@@ -156,7 +164,7 @@ def _check_tiling(instr, tile_position, tile_size, k, m, target):
         raise limit_error(ShapeError, instr, "stationary", "free size (M) for the PE tile", m, cols)
 
 
-def nc_transpose(dst, data, engine=None, name=None):
+def nc_transpose(dst, data, engine=engine_enum.unknown, name=None):
     """Swap the partition dim with the (flattened) free dim. TensorE: <= [128, 128], SBUF -> PSUM;
     VectorE: <= [32, 32], SBUF/PSUM -> SBUF/PSUM. dst dtype equals data dtype."""
     instr = "nc_transpose"

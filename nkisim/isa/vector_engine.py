@@ -49,25 +49,39 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
         raise MemoryPlacementError(f"{instr}: operands 'data1' and 'data2' are both in psum; at most one input may "
                                    f"be in PSUM")
     eng = chk.engine_name(engine)
-    ints_only = all(dt.is_int(t.dtype) and t.itemsize == 4 for t in (data1, data2))
+    ints_only = all(dt.is_int(t.dtype) and t.itemsize == 4 for t in (dst, data1, data2))
+    any_psum = any(t.buffer == PSUM for _, t in operands)
     if eng == "unknown":
-        eng = "gpsimd" if (op is ops_mod.power or (ints_only and not op.bitvec)) else "vector"
+        # nl.power runs on GpSimd; all-int32/uint32 arithmetic defaults to GpSimd for exact integer
+        # math, falling back to VectorE when an operand is in PSUM (docstring of tensor_tensor).
+        eng = "gpsimd" if (op is ops_mod.power or (ints_only and not op.bitvec and not any_psum)) else "vector"
     if eng == "gpsimd":
         chk.gpsimd_no_psum(instr, operands)
     for role, t in operands:
         chk.not_packed(instr, role, t)
     if op.bitvec:
         a, b = data1.numpy().reshape(data1.shape[0], -1), data2.numpy().reshape(data2.shape[0], -1)
-    elif ints_only:
-        a = data1.numpy().reshape(data1.shape[0], -1).astype(np.float64)
-        b = data2.numpy().reshape(data2.shape[0], -1).astype(np.float64)
+        with np.errstate(all="ignore"):
+            result = _apply_binary(instr, op, a, b, data1.dtype, data2.dtype, dst.dtype)
+    elif ints_only and eng == "gpsimd" and op.name in _EXACT_INT_OPS:
+        a = data1.numpy().reshape(data1.shape[0], -1).astype(np.int64)
+        b = data2.numpy().reshape(data2.shape[0], -1).astype(np.int64)
+        result = _EXACT_INT_OPS[op.name](a, b)
     else:
         a, b = chk.values_2d(data1), chk.values_2d(data2)
-    with np.errstate(all="ignore"):
-        result = _apply_binary(instr, op, a, b, data1.dtype, data2.dtype, dst.dtype)
+        with np.errstate(all="ignore"):
+            result = _apply_binary(instr, op, a, b, data1.dtype, data2.dtype, dst.dtype)
     chk.write_2d(dst, result)
     return run.emit(instr, eng, reads=[("data1", data1), ("data2", data2)], writes=[("dst", dst)], label=name,
                     op=op.name)
+
+
+# GpSimd integer arithmetic on int32/uint32 (exact; results saturate on the cast to dst).
+_EXACT_INT_OPS = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+    "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+    "less": np.less, "less_equal": np.less_equal,
+}
 
 
 def _resolve_engine(instr, engine, default="vector"):
@@ -90,6 +104,15 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     target = run.target
     if eng == "gpsimd":
         chk.gpsimd_no_psum(instr, operands)
+    if op1 is not None and op0.bitvec != op1.bitvec:
+        raise ShapeError(f"{instr}: op0={op0.name} and op1={op1.name} must both be bitvec or both arithmetic")
+    if op1 is None and operand1 is not None:
+        raise ShapeError(f"{instr}: operand1 is given but op1 is None; both must be None when unused")
+    for op in (op0, op1):
+        if op is not None and op.name in ("square", "relu") and eng != "scalar":
+            chk.target_at_least(instr, f"unary operator nl.{op.name}", target, 4)
+    if (op0.bitvec or (op1 is not None and op1.bitvec)) and eng != "vector":
+        raise TargetError(f"{instr}: bitvec operators run on VectorE only, engine is {eng}")
     if eng == "scalar" and target.nc_version == 3:
         pair = (op0.name, None if op1 is None else op1.name)
         if pair not in (("multiply", "add"), ("multiply", None), ("add", None)):
@@ -221,3 +244,74 @@ def reciprocal(dst, data, name=None):
     with np.errstate(all="ignore"):
         chk.write_2d(dst, (1.0 / chk.values_2d(data).astype(np.float64)).astype(np.float32))
     return run.emit(instr, "vector", reads=[("data", data)], writes=[("dst", dst)], label=name)
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
+    """``(data op0 operand0) op1 operand1``: operand0 a scalar or [P, 1] tile, operand1 a full tile.
+    Arithmetic operators only; ``data`` and ``operand1`` are not both in PSUM. operand0 tiles may have
+    any dtype (the docstring says "all input tiles can be any supported NKI data type")."""
+    instr = "scalar_tensor_tensor"
+    run = runtime.begin(instr)
+    op0, op1 = _op(instr, "op0", op0), _op(instr, "op1", op1)
+    for role, op in (("op0", op0), ("op1", op1)):
+        if op.bitvec or op.binary is None:
+            raise ShapeError(f"{instr}: {role}={op.name} must be a binary arithmetic operator (no bitvec, no unary)")
+    operands = [("dst", dst), ("data", data), ("operand1", operand1)]
+    chk.on_chip_operands(instr, operands)
+    chk.same_partitions(instr, operands)
+    chk.same_free_size(instr, operands)
+    if data.buffer == PSUM and operand1.buffer == PSUM:
+        raise MemoryPlacementError(f"{instr}: operands 'data' and 'operand1' are both in psum; at most one may be in PSUM")
+    for role, t in operands:
+        chk.not_packed(instr, role, t)
+    p = data.shape[0]
+    reads = [("data", data)]
+    scalar = chk.scalar_operand(instr, "operand0", operand0, p, fp32_only=False)
+    if isinstance(operand0, NkiTensor):
+        chk.on_chip_operands(instr, [("operand0", operand0)])
+        reads.append(("operand0", operand0))
+    reads.append(("operand1", operand1))
+    values, other = chk.values_2d(data), chk.values_2d(operand1)
+    with np.errstate(all="ignore"):
+        tmp = op0.binary(scalar, values) if reverse0 else op0.binary(values, scalar)
+        result = op1.binary(other, tmp) if reverse1 else op1.binary(tmp, other)
+    chk.write_2d(dst, result)
+    return run.emit(instr, "vector", reads=reads, writes=[("dst", dst)], label=name, op0=op0.name, op1=op1.name)
+
+
+PREDICATE_DTYPES = (dt.uint8, dt.uint16, dt.uint32)
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    """``dst = src where predicate != 0`` (``== 0`` with ``reverse_pred``), dst untouched elsewhere.
+    predicate is uint8/uint16/uint32; src (a tile or a number) has dst's dtype; src and predicate
+    are not both in PSUM. Copies are bit-exact."""
+    instr = "tensor_copy_predicated"
+    run = runtime.begin(instr)
+    operands = [("dst", dst), ("predicate", predicate)]
+    if isinstance(src, NkiTensor):
+        operands.append(("src", src))
+    chk.on_chip_operands(instr, operands)
+    chk.same_partitions(instr, operands)
+    chk.same_free_size(instr, operands)
+    if predicate.dtype not in PREDICATE_DTYPES:
+        raise DtypeError(f"{instr}: operand 'predicate' dtype is {dt.name(predicate.dtype)}, allowed uint8, uint16, "
+                         f"uint32")
+    p = dst.shape[0]
+    mask = predicate.numpy().reshape(p, -1) != 0
+    if reverse_pred:
+        mask = ~mask
+    current = dst.numpy().reshape(p, -1).copy() if dst.is_contiguous() else np.array(dst.numpy()).reshape(p, -1)
+    reads = [("predicate", predicate)]
+    if isinstance(src, NkiTensor):
+        if src.dtype != dst.dtype:
+            raise DtypeError(f"{instr}: src dtype {dt.name(src.dtype)} must equal dst dtype {dt.name(dst.dtype)}")
+        if src.buffer == PSUM and predicate.buffer == PSUM:
+            raise MemoryPlacementError(f"{instr}: operands 'src' and 'predicate' are both in psum; at most one may be")
+        values = np.array(src.numpy()).reshape(p, -1)
+        reads.insert(0, ("src", src))
+    else:
+        values = dt.cast(np.full((p, 1), src, dtype=np.float32), dst.dtype)
+    dst.numpy()[...] = np.where(mask, values, current).reshape(dst.shape)
+    # dst is read as well: unselected elements keep their old value.
+    return run.emit(instr, "vector", reads=reads + [("dst_in", dst)], writes=[("dst", dst)], label=name)

@@ -1,0 +1,205 @@
+"""List scheduling of a trace: each engine in program order, dependencies through memory.
+
+Algorithm (one pass over the trace, per logical-core program, since LNC programs run on
+different physical cores):
+
+1. Dependencies. For every operand the scheduler looks up earlier accesses of the same storage
+   whose footprints overlap (``regions.overlap``): read-after-write, write-after-read and
+   write-after-write, on SBUF, PSUM and HBM alike. An instruction may start when all of them have
+   finished. A write that covers an earlier access's box retires that access from the lookup
+   lists (anything later that depends on it also depends on the covering write).
+2. Engines. VectorE, ScalarE and GpSimdE run their instructions one at a time in program order.
+   TensorE issues in program order; with PE tiling (``tile_position``/``tile_size``) matmuls on
+   disjoint 32x32 blocks of the array run concurrently (nki-reference.md 2.1), otherwise a matmul
+   holds the whole array. DMA transfers go to one of three in-order issue queues (loads
+   HBM->SBUF, stores SBUF->HBM, other copies; MODEL: the issue order of a queue is program order,
+   transfers in flight overlap) and share the 16 DMA engines (``dma.EnginePool``).
+3. Overheads (nki-reference.md 4.3b): a compute instruction that had to wait for a dependency
+   (its engine was idle) or that reads what the previous instruction on its engine just wrote
+   pays the ~100-cycle static overhead once; TensorE pays it only when it stalled.
+
+The estimate is the makespan. The critical path is recovered by walking back from the last
+instruction to finish through whatever bound each start: a dependency, the engine's previous
+instruction, or (DMA) the queue and the engine pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import constants as C
+from . import dma as dma_mod
+from . import engines as eng
+from .regions import covers, overlap
+
+COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+EPS = 1e-9
+
+
+@dataclass
+class Slot:
+    """Where one instruction landed in the schedule (times in ns from kernel start)."""
+
+    instr: object
+    start: float
+    end: float
+    pred: int | None          # index in the schedule of what bound the start (None: kernel start)
+    waited_on: str            # "dependency", "engine", "queue", "dma engines", "start"
+
+
+@dataclass
+class ProgramSchedule:
+    slots: list = field(default_factory=list)
+    busy: dict = field(default_factory=dict)        # engine -> busy ns
+    dma_busy_per_engine: list = field(default_factory=list)
+    unknown: dict = field(default_factory=dict)     # instruction name -> count priced by the default
+
+    @property
+    def makespan(self) -> float:
+        return max((s.end for s in self.slots), default=0.0)
+
+
+class _Accesses:
+    """Earlier reads and writes per storage, for dependency lookups."""
+
+    def __init__(self):
+        self.reads: dict = {}
+        self.writes: dict = {}
+
+    def ready(self, operand, end_of) -> tuple[float, int | None]:
+        sid = operand.region[0]
+        lists = [self.writes.get(sid, ())]
+        if operand.write:
+            lists.append(self.reads.get(sid, ()))
+        best, who = 0.0, None
+        for entries in lists:
+            for other, slot in entries:
+                t = end_of[slot]
+                if t > best and overlap(operand, other):
+                    best, who = t, slot
+        return best, who
+
+    def add(self, operand, slot: int) -> None:
+        sid = operand.region[0]
+        if operand.write:
+            for table in (self.reads, self.writes):
+                entries = table.get(sid)
+                if entries:
+                    table[sid] = [(o, s) for o, s in entries if not covers(operand, o)]
+            self.writes.setdefault(sid, []).append((operand, slot))
+        else:
+            self.reads.setdefault(sid, []).append((operand, slot))
+
+
+def schedule_program(instructions, target) -> ProgramSchedule:
+    sched = ProgramSchedule()
+    accesses = _Accesses()
+    ends: list[float] = []
+    engine_free = {e: 0.0 for e in ("vector", "scalar", "gpsimd")}
+    engine_last: dict = {}                      # engine -> slot index of its previous instruction
+    grid = 128 // C.PE_BLOCK
+    pe_free = {(r, c): (0.0, None) for r in range(grid) for c in range(grid)}
+    pe_last_start = 0.0
+    pool = dma_mod.EnginePool()
+    queue_last: dict = {}                       # queue -> (issue time, slot)
+    busy = {e: 0.0 for e in COMPUTE_ENGINES}
+    tensor_intervals = []
+
+    for instr in instructions:
+        index = len(sched.slots)
+        deps_ready, dep_slot, same_engine_raw = 0.0, None, False
+        for operand in instr.operands:
+            t, who = accesses.ready(operand, ends)
+            if t > deps_ready:
+                deps_ready, dep_slot = t, who
+            if not operand.write and who is not None and who == engine_last.get(instr.engine):
+                same_engine_raw = True
+        engine = instr.engine
+        if engine == "dma":
+            queue = dma_mod.direction(instr)
+            q_time, q_slot = queue_last.get(queue, (0.0, None))
+            issue, pred, waited = deps_ready, dep_slot, "dependency"
+            if q_time > issue:
+                issue, pred, waited = q_time, q_slot, "queue"
+            queue_last[queue] = (issue, index)
+            n_engines, share = dma_mod.engine_share_ns(instr, target)
+            data_from = issue + dma_mod.fixed_latency_ns(instr, target)
+            first, end = pool.place(n_engines, data_from, share)
+            if first > data_from + EPS:
+                waited = "dma engines"
+            start = issue
+        elif engine == "tensor":
+            blocks = eng.pe_blocks(instr)
+            block_free, block_slot = max((pe_free[b] for b in blocks), key=lambda x: x[0])
+            free = max(block_free, pe_last_start)
+            cycles, known = eng.compute_cycles(instr, target)
+            if deps_ready > free + EPS:
+                start, pred, waited = deps_ready, dep_slot, "dependency"
+                cycles += C.STATIC_OVERHEAD_CYCLES
+            else:
+                start, pred, waited = free, block_slot if block_free >= pe_last_start else engine_last.get(engine), "engine"
+            end = start + cycles / target.clock_ghz(engine)
+            for b in blocks:
+                pe_free[b] = (end, index)
+            pe_last_start = start
+            tensor_intervals.append((start, end))
+            if not known:
+                sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
+        elif engine in engine_free:
+            cycles, known = eng.compute_cycles(instr, target)
+            free = engine_free[engine]
+            if deps_ready > free + EPS:
+                start, pred, waited = deps_ready, dep_slot, "dependency"
+                cycles += C.STATIC_OVERHEAD_CYCLES
+            else:
+                start, pred, waited = free, engine_last.get(engine), "engine"
+                if same_engine_raw:
+                    cycles += C.STATIC_OVERHEAD_CYCLES
+            end = start + cycles / target.clock_ghz(engine)
+            engine_free[engine] = end
+            busy[engine] += end - start
+            if not known:
+                sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
+        else:
+            raise ValueError(f"cost model: instruction {instr.name} has unknown engine {engine!r}; expected one of "
+                             f"tensor, vector, scalar, gpsimd, dma")
+        if pred is None and start <= EPS:
+            waited = "start"
+        sched.slots.append(Slot(instr, start, end, pred, waited))
+        ends.append(end)
+        engine_last[engine] = index
+        for operand in instr.operands:
+            accesses.add(operand, index)
+
+    busy["tensor"] = _union_length(tensor_intervals)
+    busy["dma"] = max(pool.busy)
+    sched.busy = busy
+    sched.dma_busy_per_engine = list(pool.busy)
+    return sched
+
+
+def _union_length(intervals) -> float:
+    total, cur_start, cur_end = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_end is None or s > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def critical_path(sched: ProgramSchedule) -> list:
+    """Slots on the critical path, first to last."""
+    if not sched.slots:
+        return []
+    i = max(range(len(sched.slots)), key=lambda k: sched.slots[k].end)
+    path, seen = [], set()
+    while i is not None and i not in seen:
+        seen.add(i)
+        path.append(sched.slots[i])
+        i = sched.slots[i].pred
+    return path[::-1]
