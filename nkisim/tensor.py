@@ -273,17 +273,9 @@ class NkiTensor:
                 raise AccessPatternError(f"tensor {self.name}: dynamic select on the partition dim (dim 0) of an "
                                          f"on-chip tensor; select a free dim")
             index = runtime_int(index, f"tensor {self.name}: select index")
-        index = int(index)
-        shape, strides = list(self.shape), list(self.strides)
-        n = shape[dim]
-        if not -n <= index < n:
-            raise AccessPatternError(f"tensor {self.name}: select index {index} out of bounds for dim {dim} of size {n}")
-        offset = self.offset + (index % n) * strides[dim]
-        if self.on_chip and dim == 0:
-            shape[0] = 1
-        else:
-            del shape[dim], strides[dim]
-        return self._view(shape, strides, offset)
+        key = [slice(None)] * self.ndim
+        key[dim] = int(index)
+        return self[tuple(key)]      # same rank rules as integer indexing
 
     def reshape(self, shape) -> "NkiTensor":
         shape = [int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,))]

@@ -134,9 +134,13 @@ def _scalar_stage(instr, data, op, operand, reverse, role, p, reads, out_dtype):
         values = chk.values_2d(data) if isinstance(data, NkiTensor) else data
         return op.unary(values)
     if op.bitvec:
-        if not isinstance(data, NkiTensor) or not dt.is_int(data.dtype):
-            raise DtypeError(f"{instr}: bitvec operator {op.name} needs an integer data tensor")
-        values = data.numpy().reshape(p, -1)
+        if isinstance(data, NkiTensor):
+            if not dt.is_int(data.dtype):
+                raise DtypeError(f"{instr}: bitvec operator {op.name} needs an integer data tensor, got "
+                                 f"{dt.name(data.dtype)}")
+            values = data.numpy().reshape(p, -1)
+        else:
+            values = data              # the integer result of the first stage
         if isinstance(operand, NkiTensor):
             reads.append((role, operand))
             scalar = operand.numpy().reshape(p, 1).astype(values.dtype)
@@ -169,11 +173,11 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     op = _op(instr, "op", op)
     operands = [("dst", dst), ("data", data)]
     chk.on_chip_operands(instr, operands)
+    axes = _normalize_axes(instr, data, axis)
     chk.same_partitions(instr, operands)
     if op.identity is None:
         raise ShapeError(f"{instr}: {op.name} is not a reduction operator (legal: add, multiply, maximum, minimum, "
                          f"logical and/or/xor, bitwise and/or/xor)")
-    axes = _normalize_axes(instr, data, axis)
     kept = [n for i, n in enumerate(data.shape) if i not in axes]
     expected = int(np.prod(kept[1:])) if len(kept) > 1 else 1
     if dst.free_size != expected:
