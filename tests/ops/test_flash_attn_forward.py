@@ -97,3 +97,15 @@ def test_vit_attention_layer_matches_transformers_vit_attention():
     got, weights = nva.layers.ViTAttention.forward(module, hidden)
     assert weights is None
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attn_forward_compiles_fullgraph():
+    q, k, v = make_qkv(1, 4, 2, 12, 12, 32, layout="bshd")
+    module = VisionAttention()
+
+    def fn(q, k, v):
+        return nva.flash_attn_forward(module, q, k, v, None, dropout=0.0, scaling=0.2)[0]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), rtol=1e-6, atol=1e-6)

@@ -1,0 +1,127 @@
+"""The NKI kernel itself (kernels/attention.py) behind the op, run by nkisim on CPU:
+NEURON_VIT_ATTN_BACKEND=sim, and the PrivateUse1 kernel with nkisim standing in for nki."""
+
+import pytest
+import torch
+
+import neuron_vit_attn as nva
+from neuron_vit_attn import _backend, _op
+from attn_cases import LAYOUTS, make_qkv, requires_kernel, sdpa64
+
+nkisim = pytest.importorskip("nkisim")
+pytestmark = requires_kernel
+
+# Tolerances against float64 SDPA. fp32: the kernel accumulates in fp32 PSUM; the softmax uses
+# the scalar engine's exp, so a few 1e-6 relative per element, ~1e-5 after the sum over keys.
+# bf16: inputs, probabilities and output are rounded to bf16 (2^-8 relative each), so a few
+# 2^-8 on outputs of magnitude ~1.
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=3e-2, atol=3e-2),
+       torch.float16: dict(rtol=5e-3, atol=5e-3)}
+
+
+@pytest.fixture
+def sim(backend):
+    backend("sim")
+
+
+def _assert_close_to_sdpa(out, q, k, v, **kwargs):
+    ref = sdpa64(q, k, v, **kwargs)
+    torch.testing.assert_close(out.double(), ref, **TOL[q.dtype])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sim_matches_sdpa(sim, layout, dtype):
+    q, k, v = make_qkv(2, 2, 2, 40, 40, 32, dtype=dtype, layout=layout)
+    with nkisim.trace() as trace:
+        out = nva.attention(q, k, v)
+    assert trace.count("nc_matmul") > 0, "the NKI kernel did not run"
+    assert out.dtype == dtype
+    _assert_close_to_sdpa(out, q, k, v)
+
+
+@pytest.mark.parametrize("q_heads,kv_heads,q_len,kv_len,causal", [
+    (4, 2, 24, 40, False),     # GQA, cross lengths
+    (2, 1, 33, 33, True),      # multi-query, causal
+    (2, 2, 16, 48, True),      # causal, Sq < Sk (top-left)
+])
+def test_sim_gqa_and_causal(sim, q_heads, kv_heads, q_len, kv_len, causal):
+    q, k, v = make_qkv(1, q_heads, kv_heads, q_len, kv_len, 64, layout="bshd")
+    gqa = q_heads != kv_heads
+    _assert_close_to_sdpa(nva.attention(q, k, v, is_causal=causal, enable_gqa=gqa), q, k, v, is_causal=causal,
+                          enable_gqa=gqa)
+
+
+@pytest.mark.parametrize("mask_shape,kind", [((24, 30), "float"), ((2, 1, 1, 30), "bool"), ((1, 2, 24, 30), "bool"),
+                                             ((2, 2, 24, 30), "float")])
+def test_sim_masks(sim, mask_shape, kind):
+    q, k, v = make_qkv(2, 2, 2, 24, 30, 32)
+    gen = torch.Generator().manual_seed(4)
+    if kind == "bool":
+        mask = torch.rand(mask_shape, generator=gen) > 0.3
+        mask[..., 0] = True
+    else:
+        mask = torch.randn(mask_shape, generator=gen)
+    _assert_close_to_sdpa(nva.attention(q, k, v, mask, scale=0.3), q, k, v, attn_mask=mask, scale=0.3)
+
+
+def test_sim_vit_base_shape(sim):
+    """ViT-B/16 at 224px: 197 tokens, head_dim 64 (2 of its 12 heads, to stay fast)."""
+    q, k, v = make_qkv(1, 2, 2, 197, 197, 64, dtype=torch.bfloat16, layout="bshd")
+    out, _ = nva.flash_attn_forward(None, q, k, v, None, scaling=0.125, is_causal=False)
+    assert out.shape == (1, 197, 2, 64) and out.is_contiguous()
+    torch.testing.assert_close(out.double(), sdpa64(q, k, v, scale=0.125).transpose(1, 2), **TOL[torch.bfloat16])
+
+
+def test_sim_reads_transformers_views_without_copies(sim, monkeypatch):
+    real = _backend.simulated_kernel()
+    seen = []
+
+    def recording(q, k, v, *args, **kwargs):
+        seen.append((q, k, v, kwargs["layout"]))
+        return real(q, k, v, *args, **kwargs)
+    monkeypatch.setattr(_backend, "simulated_kernel", lambda: recording)
+    q, k, v = make_qkv(1, 2, 2, 20, 20, 32, layout="bshd")
+    with nkisim.trace() as trace:
+        out = nva.attention(q, k, v)
+    (q_k, k_k, v_k, layout), = seen
+    assert trace.count("nc_matmul") > 0
+    # The kernel was handed the projection buffers themselves, as (B, S, H, D) with layout "bshd".
+    assert layout == "bshd" and q_k.shape == (1, 20, 2, 32)
+    assert (q_k.data_ptr(), k_k.data_ptr(), v_k.data_ptr()) == (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    _assert_close_to_sdpa(out, q, k, v)
+
+
+def test_neuron_kernel_runs_the_nki_kernel(monkeypatch):
+    """The PrivateUse1 implementation with nkisim standing in for nki (CPU tensors; no device here)."""
+    nkisim.install()
+    q, k, v = make_qkv(1, 4, 2, 20, 20, 32, dtype=torch.bfloat16, layout="bshd")
+    with nkisim.trace() as trace:
+        out, lse = _op._attention_fwd_neuron(q, k, v, None, 32 ** -0.5, True)
+    assert trace.count("nc_matmul") > 0
+    assert lse.shape == (1, 4, 20) and lse.dtype == torch.float32
+    _assert_close_to_sdpa(out, q, k, v, is_causal=True, enable_gqa=True)
+
+
+def test_sim_gradients_match_sdpa(sim):
+    """Forward by the kernel, backward by the reference recompute: gradients as SDPA's."""
+    q, k, v = make_qkv(1, 2, 2, 24, 24, 32, layout="bshd", requires_grad=True)
+    grad_out = torch.randn(1, 2, 24, 32, generator=torch.Generator().manual_seed(9))
+    got = torch.autograd.grad(nva.attention(q, k, v, is_causal=True), (q, k, v), grad_out)
+    want = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               (q, k, v), grad_out)
+    for g, w in zip(got, want):
+        # The recompute is the fp32 reference: differences are fp32 summation order only.
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_sim_opcheck(sim):
+    q, k, v = make_qkv(1, 2, 2, 16, 16, 32, dtype=torch.bfloat16, layout="bshd")
+    torch.library.opcheck(nva._attention.ops.attention_fwd.default, (q, k, v, None, 0.2, True))
+
+
+def test_sim_lse_matches_reference(sim):
+    q, k, v = make_qkv(1, 2, 2, 16, 24, 32)
+    _, lse = nva._attention.ops.attention_fwd(q, k, v, None, 0.25, False)
+    expected = torch.logsumexp((q.double() @ k.double().transpose(-1, -2)) * 0.25, dim=-1)
+    torch.testing.assert_close(lse.double(), expected, rtol=1e-5, atol=1e-5)
