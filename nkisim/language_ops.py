@@ -51,7 +51,7 @@ def _promote(a, b):
         pair = {_dt.name(a), _dt.name(b)}
         if pair == {"float16", "bfloat16"}:
             return _dt.float32
-        if all(n.startswith("float8") for n in pair):
+        if builtins.all(n.startswith("float8") for n in pair):
             return _dt.bfloat16
         return a if a.itemsize >= b.itemsize else b
     if {a.itemsize, b.itemsize} == {1} or (a.itemsize == b.itemsize and a.itemsize < 4):

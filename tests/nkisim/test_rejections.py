@@ -1,0 +1,178 @@
+"""Illegal kernels are rejected with a ValueError naming the instruction, operand, value and limit."""
+
+import numpy as np
+import pytest
+
+from nkisim.errors import (CapacityError, KernelError, MemoryPlacementError, NkiError, PartitionError, ShapeError)
+
+from conftest import nisa, nki, nl
+
+
+def _run(kernel, *args):
+    return nki.simulate(kernel)(*args)
+
+
+def test_errors_are_value_errors():
+    assert issubclass(NkiError, ValueError)
+
+
+def test_129_partitions():
+    def kernel(x):
+        t = nl.ndarray((129, 4), nl.float32)
+        nisa.dma_copy(dst=t, src=x)
+
+    with pytest.raises(ShapeError, match="ndarray: partition dim 129 exceeds 128 \\(nl.tile_size.pmax\\)"):
+        _run(kernel, np.zeros((129, 4), np.float32))
+
+
+def test_partition_check_names_instruction_operand_and_limit():
+    from nkisim.isa import _checks
+    from nkisim.tensor import Storage, NkiTensor
+    view = NkiTensor(Storage("sbuf", (256, 4), np.float32))     # a storage nl.ndarray would refuse
+    with pytest.raises(PartitionError, match="memset: operand 'dst' partition dim is 256, limit 128"):
+        _checks.partitions("memset", "dst", view)
+
+
+@pytest.mark.parametrize("start, size, ok", [(0, 128, True), (64, 64, True), (32, 64, False), (96, 32, True),
+                                             (16, 16, False), (32, 33, False)])
+def test_start_partition_alignment(start, size, ok):
+    def kernel():
+        t = nl.ndarray((128, 8), nl.float32)
+        view = t[start:start + size] if start + size <= 128 else t.ap([[8, size], [1, 8]], offset=start * 8)
+        nisa.memset(dst=view, value=0.0)
+
+    if ok:
+        _run(kernel)
+    else:
+        with pytest.raises(PartitionError, match=f"start partition \\(for {size} partitions\\) is {start}, limit one of"):
+            _run(kernel)
+
+
+def test_dma_from_psum():
+    def kernel():
+        p = nl.ndarray((128, 8), nl.float32, buffer=nl.psum)
+        nisa.memset(dst=p, value=0.0)
+        out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=p)
+        return out
+
+    with pytest.raises(MemoryPlacementError, match="dma_copy: operand 'src' is in psum; DMA cannot access PSUM"):
+        _run(kernel)
+
+
+def test_tensor_tensor_both_inputs_in_psum():
+    def kernel():
+        a = nl.ndarray((128, 8), nl.float32, buffer=nl.psum)
+        b = nl.ndarray((128, 8), nl.float32, buffer=nl.psum)
+        nisa.memset(dst=a, value=0.0)
+        nisa.memset(dst=b, value=0.0)
+        nisa.tensor_tensor(dst=nl.ndarray((128, 8), nl.float32), data1=a, data2=b, op=nl.add)
+
+    with pytest.raises(MemoryPlacementError, match="tensor_tensor: operands 'data1' and 'data2' are both in psum"):
+        _run(kernel)
+
+
+def test_gpsimd_never_touches_psum():
+    def kernel():
+        p = nl.ndarray((128, 8), nl.int32, buffer=nl.psum)
+        nisa.iota(dst=p, pattern=[[1, 8]])
+
+    with pytest.raises(MemoryPlacementError, match="iota: operand 'dst' is in psum; GpSimd cannot access PSUM"):
+        _run(kernel)
+
+
+def test_mismatched_element_counts():
+    def dma():
+        t = nl.ndarray((128, 8), nl.float32)
+        nisa.memset(dst=t, value=0.0)
+        out = nl.ndarray((128, 9), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+
+    def vector():
+        t = nl.ndarray((128, 8), nl.float32)
+        nisa.memset(dst=t, value=0.0)
+        nisa.tensor_copy(dst=nl.ndarray((128, 4), nl.float32), src=t)
+
+    with pytest.raises(ShapeError, match="dma_copy: dst has 1152 elements .* src has 1024 .* element counts must match"):
+        _run(dma)
+    with pytest.raises(ShapeError, match="tensor_copy: operands have different element counts per partition"):
+        _run(vector)
+
+
+def test_fp32_scalar_operands():
+    def kernel():
+        t = nl.ndarray((128, 8), nl.float32)
+        nisa.memset(dst=t, value=1.0)
+        col = nl.ndarray((128, 1), nl.bfloat16)
+        nisa.memset(dst=col, value=1.0)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=col)
+
+    with pytest.raises(Exception, match="tensor_scalar: operand 'operand0' is bfloat16; .* must be float32"):
+        _run(kernel)
+
+
+def test_sbuf_tensor_returned_as_output():
+    def kernel(x):
+        t = nl.ndarray(x.shape, x.dtype)
+        nisa.dma_copy(dst=t, src=x)
+        return t
+
+    with pytest.raises(KernelError, match="returned tensor .* lives in sbuf; kernel outputs must be allocated with "
+                                          "buffer=nl.shared_hbm"):
+        _run(kernel, np.zeros((4, 4), np.float32))
+
+
+def test_hbm_output_not_shared_is_rejected():
+    def kernel(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    with pytest.raises(KernelError, match="lives in hbm"):
+        _run(kernel, np.zeros((4, 4), np.float32))
+
+
+def test_sbuf_over_capacity_names_the_limit():
+    def kernel():
+        tiles = []
+        for i in range(3):       # 3 x 128 KiB per partition live at once > 212984 B on trn2
+            t = nl.ndarray((128, 32768), nl.float32)
+            nisa.memset(dst=t, value=0.0)
+            tiles.append(t)
+        for t in tiles:
+            nisa.memset(dst=t, value=1.0)
+
+    with pytest.raises(CapacityError, match="peak live SBUF is 393216 bytes per partition, limit 212984 "
+                                            "\\(usable SBUF on trn2\\)"):
+        _run(kernel)
+
+
+def test_sbuf_tiles_that_die_are_not_counted():
+    def kernel():
+        for i in range(10):      # 10 x 128 KiB, but each dies before the next is allocated
+            t = nl.ndarray((128, 32768), nl.float32)
+            nisa.memset(dst=t, value=0.0)
+
+    _run(kernel)
+
+
+def test_psum_over_capacity():
+    def kernel():
+        banks = [nl.ndarray((128, 512), nl.float32, buffer=nl.psum) for _ in range(9)]
+        for b in banks:
+            nisa.memset(dst=b, value=0.0)
+        for b in banks:
+            nisa.memset(dst=b, value=1.0)
+
+    with pytest.raises(CapacityError, match="peak live PSUM is 18432 bytes per partition, limit 16384"):
+        _run(kernel)
+
+
+def test_bool_value_is_not_a_scalar_operand():
+    def kernel():
+        t = nl.ndarray((128, 8), nl.float32)
+        nisa.memset(dst=t, value=1.0)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=True)
+
+    with pytest.raises(ShapeError, match="operand 'operand0' is a bool"):
+        _run(kernel)
