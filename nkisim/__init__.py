@@ -28,8 +28,9 @@ import types
 from . import errors, isa, language
 from .jit import Kernel, jit, simulate
 from .trace import Instruction, Trace, trace
+from .cost import profile
 
-__all__ = ["install", "installed", "jit", "simulate", "trace", "Trace", "Instruction", "Kernel", "errors",
+__all__ = ["install", "installed", "jit", "simulate", "trace", "profile", "Trace", "Instruction", "Kernel", "errors",
            "language", "isa"]
 
 # Real module name -> nkisim module that stands in for it.

@@ -29,6 +29,7 @@ from . import constants as C
 
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
 HWDGE = 2   # nkisim.isa.enums.dge_mode.hwdge
+MIN_GAP_NS = 2.0   # idle gaps shorter than this are dropped from the pool (negligible, keeps lookups short)
 
 
 def efficiency(chunk_bytes: float) -> float:
@@ -103,31 +104,33 @@ def direction(instr) -> str:
 
 
 class EnginePool:
-    """Busy intervals of the DMA engines of one NeuronCore."""
+    """Free gaps of the DMA engines of one NeuronCore (a gap list stays short when transfers are
+    packed back to back, which keeps placement fast on long traces)."""
 
     def __init__(self, count: int = C.DMA_ENGINES):
-        self.starts = [[] for _ in range(count)]
-        self.ends = [[] for _ in range(count)]
+        self.gap_starts = [[0.0] for _ in range(count)]
+        self.gap_ends = [[math.inf] for _ in range(count)]
         self.busy = [0.0] * count
 
-    def _earliest(self, engine: int, t: float, duration: float) -> float:
-        starts, ends = self.starts[engine], self.ends[engine]
-        i = bisect.bisect_right(ends, t)          # intervals ending after t (they do not overlap each other)
-        while i < len(starts):
-            if starts[i] >= t + duration:
-                return t
-            t = max(t, ends[i])
+    def _earliest(self, engine: int, t: float, duration: float) -> tuple[float, int]:
+        starts, ends = self.gap_starts[engine], self.gap_ends[engine]
+        i = bisect.bisect_right(ends, t)          # first gap ending after t
+        while True:
+            begin = max(t, starts[i])
+            if begin + duration <= ends[i]:
+                return begin, i
             i += 1
-        return t
 
     def place(self, engines: int, t: float, duration: float) -> tuple[float, float]:
         """Reserve ``duration`` on ``engines`` engines from ``t`` on; return (first start, last end)."""
-        candidates = sorted((self._earliest(k, t, duration), k) for k in range(len(self.starts)))[:engines]
+        options = sorted((self._earliest(k, t, duration), k) for k in range(len(self.gap_starts)))[:engines]
         first, last = math.inf, 0.0
-        for start, k in candidates:
-            i = bisect.bisect_left(self.starts[k], start)
-            self.starts[k].insert(i, start)
-            self.ends[k].insert(i, start + duration)
+        for (begin, i), k in options:
+            starts, ends = self.gap_starts[k], self.gap_ends[k]
+            gap_start, gap_end = starts[i], ends[i]
+            pieces = [(a, b) for a, b in ((gap_start, begin), (begin + duration, gap_end)) if b - a > MIN_GAP_NS]
+            starts[i:i + 1] = [a for a, _ in pieces]
+            ends[i:i + 1] = [b for _, b in pieces]
             self.busy[k] += duration
-            first, last = min(first, start), max(last, start + duration)
+            first, last = min(first, begin), max(last, begin + duration)
         return first, last

@@ -163,7 +163,7 @@ def schedule_program(instructions, target) -> ProgramSchedule:
         else:
             raise ValueError(f"cost model: instruction {instr.name} has unknown engine {engine!r}; expected one of "
                              f"tensor, vector, scalar, gpsimd, dma")
-        if pred is None and start <= EPS:
+        if pred is None and start <= EPS and waited != "dma engines":
             waited = "start"
         sched.slots.append(Slot(instr, start, end, pred, waited))
         ends.append(end)
