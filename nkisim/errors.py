@@ -45,6 +45,10 @@ class KernelError(NkiError):
     """The kernel as a whole breaks an NKI rule (outputs not in shared_hbm, nki calls outside a kernel...)."""
 
 
+class NotSimulatedError(NkiError):
+    """An NKI 0.6 API that exists on hardware but that nkisim does not simulate."""
+
+
 def limit_error(cls: type[NkiError], instr: str, operand: str, what: str, value, limit) -> NkiError:
     """Build the standard message: ``<instr>: operand '<operand>' <what> is <value>, limit <limit>``."""
     return cls(f"{instr}: operand '{operand}' {what} is {value}, limit {limit}")

@@ -118,8 +118,20 @@ logical_xor = Op("logical_xor", _f32(lambda a, b: (a != 0) ^ (b != 0)), identity
                  reduce_fn=lambda v, axis: np.logical_xor.reduce(v != 0, axis=axis))
 power = Op("power", _f32(np.power))
 # nl.abs_max docstring: "each element is x if |x| > |y|, else y" (sign kept); abs_min likewise.
-abs_max = Op("abs_max", _f32(lambda a, b: np.where(np.abs(a) > np.abs(b), a, b)))
-abs_min = Op("abs_min", _f32(lambda a, b: np.where(np.abs(a) < np.abs(b), a, b)))
+def _pick_abs(select):
+    def reduce(values, axis):
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        moved = np.moveaxis(values, axes, range(values.ndim - len(axes), values.ndim))
+        flat = moved.reshape(moved.shape[:values.ndim - len(axes)] + (-1,))
+        idx = select(np.abs(flat), axis=-1)
+        return np.take_along_axis(flat, idx[..., None], axis=-1)[..., 0]
+    return reduce
+
+
+abs_max = Op("abs_max", _f32(lambda a, b: np.where(np.abs(a) > np.abs(b), a, b)), identity=0.0,
+             reduce_fn=_pick_abs(np.argmax))
+abs_min = Op("abs_min", _f32(lambda a, b: np.where(np.abs(a) < np.abs(b), a, b)), identity=np.inf,
+             reduce_fn=_pick_abs(np.argmin))
 average = Op("average", _f32(lambda a, b: (a + b) / 2), identity=0.0, reduce_fn=np.mean)   # partition reduce only
 bypass = Op("bypass", _f32(lambda a, b: a))      # activate2 pass-through stage
 
@@ -163,5 +175,7 @@ sin = Op("sin", unary=_f32(lambda x: np.sin(x.astype(np.float64))), activation=T
 cos = Op("cos", unary=_f32(lambda x: np.cos(x.astype(np.float64))), activation=False)
 arctan = Op("arctan", unary=_f32(lambda x: np.arctan(x.astype(np.float64))), activation=True)
 sign = Op("sign", unary=_f32(np.sign), activation=True)
+# prelu needs its slope (relu_param): only activate2 (trn3) applies it; as a plain unary it is relu.
+prelu = Op("prelu", unary=_f32(lambda x: np.maximum(x, 0)), activation=False)
 
 ALL = {name: obj for name, obj in globals().items() if isinstance(obj, Op)}

@@ -387,7 +387,15 @@ class NkiTensor:
     reinterpret_cast = view
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None) -> "NkiTensor":
-        """Access pattern over the flattened storage: ``[[step, num], ...]`` loop nest from ``offset``."""
+        """Access pattern over the flattened storage: ``[[step, num], ...]`` loop nest from ``offset``.
+
+        ``offset=None`` keeps this view's offset; an integer is taken from the start of the storage,
+        as the NKI access-pattern deep dive states (".ap addresses the tensor's underlying storage
+        directly ... ignoring any shape, strides, or offset carried by the view"). The API stub's
+        docstring instead says an explicit offset composes with the view's offset; the two agree for
+        allocations and kernel arguments (offset 0), where .ap is normally used. ``scalar_offset``
+        (a VirtualRegister or a one-element tensor) is read at run time and scaled by
+        ``prod(storage.shape[indirect_dim + 1:])``; ``vector_offset`` (gather/scatter) is not simulated."""
         if vector_offset is not None:
             raise AccessPatternError(f"tensor {self.name}: .ap(vector_offset=...) indirect DMA is not simulated by nkisim")
         storage = self.storage if dtype is None else _alias(self.storage, dt.normalize(dtype))

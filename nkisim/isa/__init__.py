@@ -5,7 +5,8 @@
 | ``tensor_engine`` | nc_matmul, nc_transpose |
 | ``vector_engine`` | tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_reduce, tensor_copy, tensor_copy_predicated, memset, reciprocal |
 | ``vector_reduce`` | tensor_scalar_reduce, exponential (trn3), range_select (trn2+), select_reduce, bn_stats, bn_aggr, max8 |
-| ``scalar_engine`` | activation, activation_reduce |
+| ``vector_scan`` | tensor_tensor_scan, tensor_scalar_cumulative, tensor_partition_reduce (GpSimd), nc_stream_shuffle |
+| ``scalar_engine`` | activation, activation_reduce, activate2 (trn3) |
 | ``gpsimd`` | iota, affine_select |
 | ``dma`` | dma_copy, dma_transpose (trn2+) |
 | ``registers`` | VirtualRegister, register_alloc/move/load/store (and nl.fori_loop / nl.while_loop) |
@@ -16,22 +17,47 @@ Every instruction validates its operands against the hardware rules of nki-refer
 """
 
 from ..errors import NkiError as NkiValidationError  # noqa: F401
+from ..errors import NotSimulatedError
 from ..target import get as _get_target
 from ..trace import Instruction as NkiInstruction  # noqa: F401
 from .dma import dma_copy, dma_transpose
 from .enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from .gpsimd import affine_select, iota
 from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store
-from .scalar_engine import activation, activation_reduce
+from .scalar_engine import activate2, activation, activation_reduce
 from .tensor_engine import nc_matmul, nc_transpose
 from .vector_engine import (memset, reciprocal, scalar_tensor_tensor, tensor_copy, tensor_copy_predicated,
                             tensor_reduce, tensor_scalar, tensor_tensor)
 from .vector_reduce import (bn_aggr, bn_stats, exponential, max8, range_select, select_reduce,
                             tensor_scalar_reduce)
+from .vector_scan import nc_stream_shuffle, tensor_partition_reduce, tensor_scalar_cumulative, tensor_tensor_scan
 
-# Deprecated engine constants kept by NKI 0.6.
+# Deprecated engine constants kept by NKI 0.6. They shadow the submodule attributes of the same
+# name (nkisim.isa.tensor_engine is the enum member here): import submodule contents with
+# ``from nkisim.isa.vector_engine import tensor_tensor``, which goes through sys.modules.
 tensor_engine, vector_engine, scalar_engine = engine.tensor, engine.vector, engine.scalar
 gpsimd_engine, unknown_engine = engine.gpsimd, engine.unknown
+
+
+def _not_simulated(api: str, why: str):
+    def instruction(*args, **kwargs):
+        raise NotSimulatedError(f"nisa.{api} is part of NKI 0.6 but not simulated by nkisim ({why})")
+    instruction.__name__ = api
+    return instruction
+
+
+# NKI 0.6 instructions without a simulation here: collectives and LNC communication, MX and
+# random-number instructions, gathers and top-k helpers.
+_MISSING = {
+    "sendrecv": "LNC programs run one after the other", "core_barrier": "LNC programs run one after the other",
+    "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats", "dma_compute": "DMA read-modify-write",
+    "dropout": "random numbers", "rng": "random numbers", "rand2": "random numbers",
+    "rand_set_state": "random numbers", "rand_get_state": "random numbers", "set_rng_seed": "random numbers",
+    "local_gather": "gathers", "nc_n_gather": "gathers", "sequence_bounds": "segment helpers",
+    "nonzero_with_count": "gathers", "topk": "top-k helpers", "nc_find_index8": "top-k helpers",
+    "nc_match_replace8": "top-k helpers",
+}
+globals().update({api: _not_simulated(api, why) for api, why in _MISSING.items()})
 
 
 def get_nc_version() -> nc_version:
@@ -40,10 +66,11 @@ def get_nc_version() -> nc_version:
 
 
 __all__ = [
-    "dma_copy", "dma_transpose", "affine_select", "iota", "activation", "activation_reduce", "nc_matmul",
+    "activate2", "dma_copy", "dma_transpose", "affine_select", "iota", "activation", "activation_reduce", "nc_matmul",
     "nc_transpose", "memset", "reciprocal", "scalar_tensor_tensor", "tensor_copy", "tensor_copy_predicated",
     "tensor_reduce", "tensor_scalar", "tensor_tensor", "bn_aggr", "bn_stats", "exponential", "max8", "range_select",
-    "select_reduce", "tensor_scalar_reduce", "VirtualRegister", "register_alloc", "register_load", "register_move",
+    "select_reduce", "tensor_scalar_reduce", "nc_stream_shuffle", "tensor_partition_reduce",
+    "tensor_scalar_cumulative", "tensor_tensor_scan", "VirtualRegister", "register_alloc", "register_load", "register_move",
     "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
     "get_nc_version", "NkiInstruction", "NkiValidationError",
 ]

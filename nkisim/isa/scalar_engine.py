@@ -78,3 +78,52 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0
     """``activation`` with ``reduce_cmd=reset_reduce``: kept for compatibility."""
     return activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
                       reduce_cmd=reduce_cmd_enum.reset_reduce, name=name)
+
+
+ACTIVATE2_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"), ("add", "bypass"),
+                   ("subtract", "bypass"), ("bypass", "bypass")}
+ACTIVATE2_REDUCE = ("add", "maximum", "minimum", "abs_max", "abs_min")
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd=reduce_cmd_enum.idle, name=None):
+    """trn3 only: ``op((data op0 imm0) op1 imm1)`` with ``nl.bypass`` stages, ``nl.prelu`` slope
+    ``relu_param``, and a ScalarE accumulator reduction with add/max/min/abs_max/abs_min."""
+    instr = "activate2"
+    run = runtime.begin(instr)
+    chk.target_at_least(instr, "nisa.activate2", run.target, 4)
+    if not isinstance(op, ops_mod.Op) or not (op.activation or op is ops_mod.prelu):
+        raise ShapeError(f"{instr}: op must be an activation function, got {op!r}")
+    pair = (getattr(op0, "name", op0), getattr(op1, "name", op1))
+    if pair not in ACTIVATE2_PAIRS:
+        raise ShapeError(f"{instr}: (op0, op1) = {pair} is not supported; allowed {sorted(ACTIVATE2_PAIRS)}")
+    operands = [("dst", dst), ("data", data)]
+    chk.on_chip_operands(instr, operands)
+    chk.same_partitions(instr, operands)
+    chk.same_free_size(instr, operands)
+    p = data.shape[0]
+    reads = [("data", data)]
+    values = chk.values_2d(data)
+    with np.errstate(all="ignore"):
+        for stage, role, imm, reverse in ((op0, "imm0", imm0, reverse0), (op1, "imm1", imm1, reverse1)):
+            if stage is ops_mod.bypass:
+                continue
+            scalar = chk.scalar_operand(instr, role, imm, p)
+            if isinstance(imm, NkiTensor):
+                reads.append((role, imm))
+            values = stage.binary(scalar, values) if reverse else stage.binary(values, scalar)
+        if op is ops_mod.prelu:
+            slope = chk.scalar_operand(instr, "relu_param", relu_param, p)
+            out = np.where(values > 0, values, values * slope).astype(np.float32)
+        else:
+            out = op.unary(values.astype(np.float32))
+    chk.write_2d(dst, out)
+    cmd = acc.normalize_cmd(instr, reduce_cmd, ACTIVATION_CMDS)
+    reduce_op = ops_mod.add if reduce_op is None else reduce_op
+    if reduce_op.name not in ACTIVATE2_REDUCE:
+        raise ShapeError(f"{instr}: reduce_op must be one of nl.{', nl.'.join(ACTIVATE2_REDUCE)}, got {reduce_op!r}")
+    writes = [("dst", dst)]
+    acc.check_reduce_res(instr, reduce_res, p)
+    acc.update(instr, run, "scalar", cmd, out, reduce_op, data.start_partition, reduce_res, writes)
+    return run.emit(instr, "scalar", reads=reads, writes=writes, label=name, op=op.name, op0=pair[0], op1=pair[1],
+                    reduce_cmd=int(cmd))
