@@ -1,0 +1,225 @@
+"""kernels/attention.py (attention_fwd) run by nkisim against torch SDPA in float64.
+
+Shapes are real vision-model attention shapes (tokens, head dim) with few heads and batch 1-2 so
+that the simulation stays fast, plus the edge cases of the contract: S=1, Sq != Sk, head dims
+above 128, GQA, causal (with and without a mask), broadcast masks, both layouts, lse, and key
+ranges above KV_BLOCK (online softmax).
+
+Tolerances, by input dtype (errors measured are well below them):
+* bfloat16: inputs, scale*Q and the probabilities P fed to the PV matmul are rounded to bf16
+  (8-bit mantissa, relative error 2^-9 each) with fp32 accumulation, so outputs and lse carry
+  ~2^-8 relative error per element -> atol = rtol = 2e-2.
+* float16: the same roundings with an 11-bit mantissa (2^-12) -> atol = rtol = 3e-3.
+* float32: fp32 everywhere; the errors are accumulation-order and exp rounding, ~1e-6 -> 1e-5.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import nkisim
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TOLERANCE = {"bfloat16": 2e-2, "float16": 3e-3, "float32": 1e-5}
+DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+
+
+def _load_kernel_module():
+    nkisim.install()     # `import nki` inside the kernel resolves to nkisim
+    spec = importlib.util.spec_from_file_location("nki_attention_kernel", REPO / "kernels" / "attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+attention = _load_kernel_module()
+
+
+def make_inputs(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, layout, mask_shape=None, seed=0,
+                q_gain=1.0):
+    rng = np.random.default_rng(seed)
+    if layout == "bshd":
+        q_shape, kv_shape = (batch, q_len, q_heads, head_dim), (batch, kv_len, kv_heads, head_dim)
+    else:
+        q_shape, kv_shape = (batch, q_heads, q_len, head_dim), (batch, kv_heads, kv_len, head_dim)
+    q = (q_gain * rng.standard_normal(q_shape)).astype(DTYPES[dtype])
+    k = rng.standard_normal(kv_shape).astype(DTYPES[dtype])
+    v = rng.standard_normal(kv_shape).astype(DTYPES[dtype])
+    mask = None
+    if mask_shape is not None:
+        mask = rng.standard_normal(tuple(mask_shape) + (q_len, kv_len)).astype(np.float32)
+        # Hide every third key of every second query row (never a whole row).
+        mask[..., 1::2, 2::3] = -np.inf
+    return q, k, v, mask
+
+
+def reference(q, k, v, mask, scale, is_causal, layout):
+    """(out in q's layout, lse (B, Hq, Sq)) in float64: SDPA for out, explicit logsumexp for lse."""
+    q64, k64, v64 = (torch.from_numpy(np.asarray(x, dtype=np.float64)) for x in (q, k, v))
+    if layout == "bshd":
+        q64, k64, v64 = (x.transpose(1, 2) for x in (q64, k64, v64))
+    q_len, kv_len = q64.shape[2], k64.shape[2]
+    bias = torch.zeros(q_len, kv_len, dtype=torch.float64)
+    if mask is not None:
+        bias = bias + torch.from_numpy(mask.astype(np.float64))
+    if is_causal:   # SDPA's top-left aligned causal mask, merged so that it combines with `mask`
+        bias = bias.masked_fill(~torch.ones(q_len, kv_len, dtype=torch.bool).tril(), float("-inf"))
+    out = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, attn_mask=bias, scale=scale,
+                                                           enable_gqa=True)
+    rep = q64.shape[1] // k64.shape[1]
+    scores = q64 @ k64.repeat_interleave(rep, 1).transpose(-1, -2) * scale + bias
+    lse = torch.logsumexp(scores, dim=-1)
+    if layout == "bshd":
+        out = out.transpose(1, 2)
+    return out.numpy(), lse.numpy()
+
+
+def run_and_check(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype="bfloat16", layout="bshd",
+                  is_causal=False, mask_shape=None, q_gain=1.0, tol=None):
+    q, k, v, mask = make_inputs(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, layout, mask_shape,
+                                q_gain=q_gain)
+    scale = 1.0 / np.sqrt(head_dim)
+    with nkisim.trace() as trace:
+        out, lse = nkisim.simulate(attention.attention_fwd)(q, k, v, mask, scale=scale, is_causal=is_causal,
+                                                            layout=layout, return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, mask, scale, is_causal, layout)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (batch, q_heads, q_len) and lse.dtype == np.float32
+    tol = TOLERANCE[dtype] if tol is None else tol
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=tol, rtol=tol)
+    np.testing.assert_allclose(lse.astype(np.float64), ref_lse, atol=tol, rtol=tol)
+    return trace
+
+
+# (batch, q heads, kv heads, q len, kv len, head dim): tokens and head dims of real models.
+MODEL_SHAPES = {
+    "vit_b16_224": (2, 3, 3, 197, 197, 64),
+    "vit_l14_336": (1, 2, 2, 577, 577, 64),
+    "siglip_so400m_384": (1, 2, 2, 729, 729, 72),
+    "dinov2_224": (2, 2, 2, 257, 257, 64),
+    "clip_b32_224": (2, 4, 4, 50, 50, 64),
+    "vit_h14_224": (1, 2, 2, 257, 257, 80),
+    "qwen2_vl_vision": (1, 2, 2, 1024, 1024, 80),
+    "head_dim_128": (1, 2, 2, 300, 300, 128),
+    "head_dim_256": (1, 2, 2, 200, 200, 256),
+}
+
+
+# Every model shape in both layouts in bfloat16 (the dtype vision models run in); float16 and
+# float32 on the smaller shapes, one layout each, so that the suite stays fast.
+MODEL_CASES = ([(model, layout, "bfloat16") for model in MODEL_SHAPES for layout in ("bshd", "bhsd")]
+               + [(model, "bshd", "float16") for model in ("vit_b16_224", "vit_h14_224", "head_dim_256")]
+               + [(model, "bhsd", "float32") for model in ("clip_b32_224", "dinov2_224", "head_dim_128")])
+
+
+@pytest.mark.parametrize("model,layout,dtype", MODEL_CASES)
+def test_model_shapes(model, layout, dtype):
+    run_and_check(*MODEL_SHAPES[model], dtype=dtype, layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_single_token(layout, dtype):
+    run_and_check(2, 4, 4, 1, 1, 64, dtype=dtype, layout=layout)
+
+
+@pytest.mark.parametrize("q_len,kv_len", [(130, 390), (300, 77), (1, 257), (197, 1)])
+def test_query_and_key_lengths_differ(q_len, kv_len):
+    run_and_check(1, 2, 2, q_len, kv_len, 64)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("q_heads,kv_heads", [(8, 2), (4, 1), (2, 2)])
+def test_causal_prefill_gqa(layout, q_heads, kv_heads):
+    run_and_check(1, q_heads, kv_heads, 300, 300, 64, layout=layout, is_causal=True)
+
+
+@pytest.mark.parametrize("q_len,kv_len", [(100, 300), (300, 100)])
+def test_causal_query_and_key_lengths_differ(q_len, kv_len):
+    run_and_check(1, 2, 2, q_len, kv_len, 80, dtype="float16", is_causal=True)
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 1), (2, 1), (1, 3), (2, 3)])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_broadcast_masks(mask_shape, layout):
+    run_and_check(2, 3, 3, 150, 197, 64, layout=layout, mask_shape=mask_shape)
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 1), (1, 4)])
+def test_mask_with_causal_and_gqa(mask_shape):
+    run_and_check(1, 4, 2, 200, 200, 64, dtype="float32", is_causal=True, mask_shape=mask_shape)
+
+
+def test_large_scores_are_stable():
+    # Scores of magnitude ~100 (after scaling): exp overflows unless the row max is subtracted.
+    # fp32 scores that large carry absolute errors ~|s| * 2^-24 * sqrt(D) ~ 1e-5, which exp turns
+    # into relative output errors of that size: 1e-4.
+    run_and_check(1, 2, 2, 197, 197, 64, dtype="float32", q_gain=40.0, tol=1e-4)
+
+
+@pytest.mark.parametrize("is_causal,mask_shape", [(False, None), (True, None), (False, (1, 2))])
+def test_keys_beyond_one_block_use_online_softmax(is_causal, mask_shape):
+    kv_len = attention.KV_BLOCK + 252
+    q_len = kv_len if is_causal else 140
+    trace = run_and_check(1, 2, 1, q_len, kv_len, 64, is_causal=is_causal, mask_shape=mask_shape)
+    # The online update rescales with exp(m_old - m_new): an exp on a [P, 1] statistics tile.
+    assert any(i.name == "activation" and i.attrs["op"] == "exp" and i.operand("data").free_elems == 1
+               for i in trace)
+
+
+def test_return_lse_false_returns_only_the_output():
+    q, k, v, _ = make_inputs(1, 2, 2, 64, 64, 64, "bfloat16", "bhsd")
+    out = nkisim.simulate(attention.attention_fwd)(q, k, v, scale=0.125)
+    assert isinstance(out, np.ndarray) and out.shape == q.shape
+    ref_out, _ = reference(q, k, v, None, 0.125, False, "bhsd")
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=2e-2, rtol=2e-2)
+
+
+def test_vit_b16_full_size_runs_the_nki_instructions():
+    """The performance shape (B=8, 197 tokens, 12 heads, D=64, bf16, bshd) within SBUF/PSUM limits,
+    and what ran: matmuls and transposes on TensorE, exp on ScalarE, row max on VectorE, large DMAs."""
+    trace = run_and_check(8, 12, 12, 197, 197, 64)
+    by_engine = {}
+    for instr in trace:
+        by_engine.setdefault((instr.engine, instr.name), []).append(instr)
+    matmuls = by_engine[("tensor", "nc_matmul")]
+    assert all(i.operand("dst").buffer == "psum" for i in matmuls)
+    assert ("tensor", "nc_transpose") in by_engine
+    exps = [i for i in by_engine[("scalar", "activation")] if i.attrs["op"] == "exp"]
+    assert len(exps) == 8 * 12 * 2          # one fused exp + row sum per (batch, head, query tile)
+    assert all(i.attrs["reduce"] for i in exps)
+    assert ("vector", "tensor_reduce") in by_engine
+    # No HBM round trip: HBM traffic is exactly q, k, v, out and lse.
+    hbm = sum(o.nbytes for i in trace if i.engine == "dma" for o in i.operands if o.buffer.endswith("hbm"))
+    assert hbm == 4 * 8 * 197 * 12 * 64 * 2 + 8 * 12 * 197 * 4
+    # Q loads and output stores move all 12 heads of a 128-token tile at once: 1536 B per partition.
+    loads = [i for i in by_engine[("dma", "dma_copy")] if i.operand("dst").buffer == "sbuf"]
+    assert max(i.operand("dst").nbytes // i.operand("dst").partitions for i in loads) == 12 * 64 * 2
+
+
+@pytest.mark.parametrize("q_shape,kv_shape,match", [
+    ((1, 2, 16, 300), (1, 2, 16, 300), "MAX_HEAD_DIM"),
+    ((1, 2, 16, 16), (1, 2, 16, 16), "MAX_HEAD_DIM"),
+    ((1, 3, 16, 64), (1, 2, 16, 64), r"Hq % Hkv == 0"),
+])
+def test_bad_shapes_are_rejected(q_shape, kv_shape, match):
+    q = np.zeros(q_shape, ml_dtypes.bfloat16)
+    k = np.zeros(kv_shape, ml_dtypes.bfloat16)
+    with pytest.raises(AssertionError, match=match):
+        nkisim.simulate(attention.attention_fwd)(q, k, k, scale=0.1)
+
+
+def test_bad_mask_and_dtypes_are_rejected():
+    q = np.zeros((1, 2, 16, 64), ml_dtypes.bfloat16)
+    with pytest.raises(AssertionError, match="mask shape"):
+        nkisim.simulate(attention.attention_fwd)(q, q, q, np.zeros((1, 3, 16, 16), np.float32))
+    with pytest.raises(AssertionError, match="share one dtype"):
+        nkisim.simulate(attention.attention_fwd)(q, q.astype(np.float16), q)
+    with pytest.raises(AssertionError, match="layout"):
+        nkisim.simulate(attention.attention_fwd)(q, q, q, layout="sbhd")
