@@ -25,7 +25,7 @@ import importlib.util
 import sys
 import types
 
-from . import errors, isa, language
+from . import errors, isa, language, typing
 from .jit import Kernel, jit, simulate
 from .trace import Instruction, Trace, trace
 from .cost import profile
@@ -34,7 +34,7 @@ __all__ = ["install", "installed", "jit", "simulate", "trace", "profile", "Trace
            "language", "isa"]
 
 # Real module name -> nkisim module that stands in for it.
-_ALIASES = {"nki": "nkisim", "nki.language": "nkisim.language", "nki.isa": "nkisim.isa"}
+_ALIASES = {"nki": "nkisim", "nki.language": "nkisim.language", "nki.isa": "nkisim.isa", "nki.typing": "nkisim.typing"}
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -46,7 +46,7 @@ class _AliasLoader(importlib.abc.Loader):
         target = importlib.import_module(self.real)
 
         def __getattr__(name):  # noqa: N807 - PEP 562 module __getattr__
-            if spec.name == "nki" and name in ("language", "isa"):
+            if spec.name == "nki" and name in ("language", "isa", "typing"):
                 return importlib.import_module(f"nki.{name}")
             return getattr(target, name)
 
