@@ -152,7 +152,8 @@ if layers_module is not None:
             problems.append(f"layers.{name} defines __init__; kernelize layers may only define forward")
         if "forward" not in vars(cls):
             problems.append(f"layers.{name} has no forward")
-        layers[name] = {**describe(cls.forward), "doc": inspect.getdoc(cls) or ""}
+        # the class's own docstring: inspect.getdoc would fall back to nn.Module's
+        layers[name] = {**describe(cls.forward), "doc": inspect.cleandoc(vars(cls).get("__doc__") or "")}
 print(json.dumps({"problems": problems, "module": module.__name__, "all": list(exported),
                   "functions": functions, "constants": constants, "layers": layers}))
 '''
