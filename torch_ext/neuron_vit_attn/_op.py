@@ -48,6 +48,30 @@ def _reference(query, key, value, mask, scale, is_causal):
     return _fresh_outputs(query, value, out, lse)
 
 
+def _zero_fully_masked_rows(out, lse, mask, is_causal):
+    """SDPA gives output 0 and lse -inf for a query row whose keys are all masked (-inf or False);
+    the kernel leaves such rows undefined (NaN), as flash attention does. Which rows those are
+    follows from the mask alone, so fix them here, in place on the kernel's fresh outputs.
+    (Rows masked with a finite minimum, as Transformers' float masks do, are not empty: SDPA and
+    the kernel both average them uniformly.)"""
+    if mask is None:
+        return
+    hidden = torch.isneginf(mask)
+    if is_causal:
+        q_len, kv_len = mask.shape[-2], mask.shape[-1]
+        hidden = hidden | torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device).triu(1)
+    empty = hidden.all(dim=-1)
+    out.masked_fill_(empty.unsqueeze(-1), 0.0)
+    lse.masked_fill_(empty, float("-inf"))
+
+
+def _run_kernel(kernel, query, key, value, mask, scale, is_causal):
+    out, lse = _backend.run_kernel(kernel, query, key, value, mask, scale, is_causal)
+    out, lse = _fresh_outputs(query, value, out, lse)
+    _zero_fully_masked_rows(out, lse, mask, is_causal)
+    return out, lse
+
+
 def _warn_reference_fallback(reason: str, where: str) -> None:
     warn_once(f"fallback:{where}:{reason}",
               f"neuron_vit_attn: the NKI attention kernel does not support {reason}; running the eager "
@@ -61,8 +85,7 @@ def attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
     if _backend.selected_backend() == "sim":
         reason = kernel_unsupported_reason(query, key, value)
         if reason is None:
-            out, lse = _backend.run_kernel(_backend.simulated_kernel(), query, key, value, mask, scale, is_causal)
-            return _fresh_outputs(query, value, out, lse)
+            return _run_kernel(_backend.simulated_kernel(), query, key, value, mask, scale, is_causal)
         _warn_reference_fallback(reason, "NEURON_VIT_ATTN_BACKEND=sim")
     return _reference(query, key, value, mask, scale, is_causal)
 
@@ -73,8 +96,7 @@ def _attention_fwd_neuron(query, key, value, mask, scale, is_causal):
     if _backend.selected_backend() != "reference":
         reason = kernel_unsupported_reason(query, key, value)
         if reason is None:
-            out, lse = _backend.run_kernel(_backend.device_kernel(), query, key, value, mask, scale, is_causal)
-            return _fresh_outputs(query, value, out, lse)
+            return _run_kernel(_backend.device_kernel(), query, key, value, mask, scale, is_causal)
         _warn_reference_fallback(reason, "neuron device")
     return _reference(query, key, value, mask, scale, is_causal)
 
