@@ -64,7 +64,7 @@ def check_reduce_res(instr: str, reduce_res, partitions: int) -> None:
     if reduce_res is None:
         return
     chk.on_chip_operands(instr, [("reduce_res", reduce_res)])
-    if reduce_res.shape[0] != partitions or reduce_res.free_size != 1:
+    if tuple(reduce_res.shape) != (partitions, 1):
         raise ShapeError(f"{instr}: operand 'reduce_res' has shape {reduce_res.shape}, must be [{partitions}, 1]")
 
 

@@ -61,6 +61,14 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if dst.shape[0] != m or dst.free_size != n:
         raise ShapeError(f"{instr}: dst shape {dst.shape} does not hold the [{m}, {n}] result "
                          f"(stationary {stationary.shape}, moving {moving.shape})")
+    if not double_row:
+        # The compiler keeps the stationary free dim and the moving free dims: stationary is
+        # [K, M]; dst is [M, N] or [M, *moving free dims].
+        if len(stationary.shape) != 2:
+            raise ShapeError(f"{instr}: operand 'stationary' must be rank-2 [K, M], got shape {stationary.shape}")
+        if tuple(dst.shape[1:]) not in ((n,), tuple(moving.shape[1:])):
+            raise ShapeError(f"{instr}: dst shape {dst.shape} must preserve stationary free dim and moving free dims: "
+                             f"({m}, {n}) or ({m}, {', '.join(map(str, moving.shape[1:]))})")
     _check_dtypes(instr, stationary, moving, dst, target, is_transpose)
     _check_tiling(instr, tile_position, tile_size, k, m, target)
     if target.nc_version < 4:
@@ -179,6 +187,9 @@ def nc_transpose(dst, data, engine=engine_enum.unknown, name=None):
         chk.buffer(instr, "dst", dst, (PSUM,))
         if f > 128:
             raise limit_error(ShapeError, instr, "data", "free size (TensorE transpose)", f, 128)
+        if tuple(dst.shape) != (f, p):
+            raise ShapeError(f"{instr}: TensorE transpose writes dst shape ({f}, {p}) exactly, got {dst.shape} "
+                             f"(VectorE transposes may reshape dst)")
     elif eng == "vector":
         if p > 32 or f > 32:
             raise limit_error(ShapeError, instr, "data", "shape (VectorE transpose)", f"[{p}, {f}]", "[32, 32]")

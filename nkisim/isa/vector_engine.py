@@ -100,7 +100,14 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     chk.on_chip_operands(instr, operands)
     chk.same_partitions(instr, operands)
     chk.same_free_size(instr, operands)
-    eng = _resolve_engine(instr, engine)
+    eng = chk.engine_name(engine)
+    uses_rsqrt = ops_mod.rsqrt in (op0, op1)
+    if eng == "unknown":
+        # rsqrt is a GpSimd/ScalarE ALU op (not VectorE): the compiler places it on GpSimd.
+        eng = "gpsimd" if uses_rsqrt else "vector"
+    elif eng == "vector" and uses_rsqrt:
+        raise TargetError(f"{instr}: nl.rsqrt is not a VectorE ALU operator; use engine=nisa.engine.gpsimd, or "
+                          f"nisa.activation(op=nl.rsqrt) on ScalarE")
     target = run.target
     if eng == "gpsimd":
         chk.gpsimd_no_psum(instr, operands)
@@ -183,6 +190,12 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     if dst.free_size != expected:
         raise ShapeError(f"{instr}: dst has {dst.free_size} elements per partition, the reduction of {data.shape} over "
                          f"axis {axes} gives {expected}")
+    # The compiler maps the kept free dims of data onto dst dim by dim (keepdims or not), so a dst
+    # that refactors them (e.g. [16, 4, 2] for kept [16, 8]) is refused even with equal counts.
+    kept_free = [n for n in kept[1:] if n != 1]
+    if [n for n in dst.shape[1:] if n != 1] != kept_free:
+        raise ShapeError(f"{instr}: dst shape {dst.shape} cannot hold the reduction of {data.shape} over axis {axes}: "
+                         f"its free dims must be the kept dims {tuple(kept[1:])} (size-1 dims aside)")
     if negate and op.bitvec:
         raise ShapeError(f"{instr}: negate=True is only for arithmetic operators, not {op.name}")
     if op.bitvec:

@@ -176,3 +176,61 @@ def test_bool_value_is_not_a_scalar_operand():
 
     with pytest.raises(ShapeError, match="operand 'operand0' is a bool"):
         _run(kernel)
+
+
+def test_compiler_shape_rules():
+    """Rules the compiler enforces beyond element counts (found by comparing with NKI, see triton-viz)."""
+    def reduce_refactored():
+        t = nl.ndarray((16, 3, 8), nl.float32)
+        nisa.memset(dst=t, value=0.0)
+        nisa.tensor_reduce(dst=nl.ndarray((16, 4, 2), nl.float32), op=nl.add, data=t, axis=1)
+
+    def transpose_reshaped():
+        t = nl.ndarray((8, 3), nl.float32)
+        nisa.memset(dst=t, value=0.0)
+        nisa.nc_transpose(dst=nl.ndarray((3, 2, 4), nl.float32, buffer=nl.psum), data=t, engine=nisa.engine.tensor)
+
+    def matmul_3d_stationary():
+        s = nl.ndarray((32, 2, 3), nl.float32)
+        nisa.memset(dst=s, value=0.0)
+        mv = nl.ndarray((32, 4, 5), nl.float32)
+        nisa.memset(dst=mv, value=0.0)
+        nisa.nc_matmul(dst=nl.ndarray((6, 4, 5), nl.float32, buffer=nl.psum), stationary=s, moving=mv)
+
+    def reduce_res_3d():
+        t = nl.ndarray((8, 4), nl.float32)
+        nisa.memset(dst=t, value=0.0)
+        nisa.activation(dst=t, op=nl.copy, data=t, reduce_op=nl.add, reduce_res=nl.ndarray((8, 1, 1), nl.float32),
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+
+    def rsqrt_on_vector():
+        t = nl.ndarray((8, 4), nl.float32)
+        nisa.memset(dst=t, value=1.0)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.rsqrt, operand0=0, engine=nisa.engine.vector)
+
+    for kernel, message in ((reduce_refactored, "free dims must be the kept dims"),
+                            (transpose_reshaped, "TensorE transpose writes dst shape \\(3, 8\\) exactly"),
+                            (matmul_3d_stationary, "operand 'stationary' must be rank-2"),
+                            (reduce_res_3d, "operand 'reduce_res' has shape \\(8, 1, 1\\), must be \\[8, 1\\]"),
+                            (rsqrt_on_vector, "nl.rsqrt is not a VectorE ALU operator")):
+        with pytest.raises(ValueError, match=message):
+            _run(kernel)
+
+
+def test_compiler_shape_rules_accept_the_legal_forms():
+    def kernel():
+        t = nl.ndarray((16, 3, 8), nl.float32)
+        nisa.memset(dst=t, value=1.0)
+        nisa.tensor_reduce(dst=nl.ndarray((16, 1, 8), nl.float32), op=nl.add, data=t, axis=1, keepdims=True)
+        s = nl.ndarray((32, 6), nl.float32)
+        nisa.memset(dst=s, value=1.0)
+        mv = nl.ndarray((32, 4, 5), nl.float32)
+        nisa.memset(dst=mv, value=1.0)
+        nisa.nc_matmul(dst=nl.ndarray((6, 4, 5), nl.float32, buffer=nl.psum), stationary=s, moving=mv)
+        nisa.nc_matmul(dst=nl.ndarray((6, 20), nl.float32, buffer=nl.psum), stationary=s, moving=mv)
+        r = nl.ndarray((16, 24), nl.float32)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.rsqrt, operand0=0)        # placed on GpSimd
+
+    with __import__("nkisim").trace() as t:
+        _run(kernel)
+    assert t.instructions[-1].engine == "gpsimd"
