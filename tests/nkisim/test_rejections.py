@@ -181,9 +181,9 @@ def test_bool_value_is_not_a_scalar_operand():
 def test_compiler_shape_rules():
     """Rules the compiler enforces beyond element counts (found by comparing with NKI, see triton-viz)."""
     def reduce_refactored():
-        t = nl.ndarray((16, 3, 8), nl.float32)
+        t = nl.ndarray((16, 8, 3), nl.float32)
         nisa.memset(dst=t, value=0.0)
-        nisa.tensor_reduce(dst=nl.ndarray((16, 4, 2), nl.float32), op=nl.add, data=t, axis=1)
+        nisa.tensor_reduce(dst=nl.ndarray((16, 4, 2), nl.float32), op=nl.add, data=t, axis=2)
 
     def transpose_reshaped():
         t = nl.ndarray((8, 3), nl.float32)
@@ -219,9 +219,9 @@ def test_compiler_shape_rules():
 
 def test_compiler_shape_rules_accept_the_legal_forms():
     def kernel():
-        t = nl.ndarray((16, 3, 8), nl.float32)
+        t = nl.ndarray((16, 8, 3), nl.float32)
         nisa.memset(dst=t, value=1.0)
-        nisa.tensor_reduce(dst=nl.ndarray((16, 1, 8), nl.float32), op=nl.add, data=t, axis=1, keepdims=True)
+        nisa.tensor_reduce(dst=nl.ndarray((16, 8, 1), nl.float32), op=nl.add, data=t, axis=2, keepdims=True)
         s = nl.ndarray((32, 6), nl.float32)
         nisa.memset(dst=s, value=1.0)
         mv = nl.ndarray((32, 4, 5), nl.float32)
