@@ -124,7 +124,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     return run.emit(instr, "tensor", reads=[("stationary", stationary), ("moving", moving)], writes=[("dst", dst)],
                     label=name, accumulate=accumulate, is_transpose=False, k=k * (2 if double_row else 1), m=m, n=n,
                     dtype=dt.name(moving.dtype), stationary_dtype=dt.name(stationary.dtype), double_row=double_row,
-                    onezero=bool(is_stationary_onezero or is_moving_onezero))
+                    onezero=bool(is_stationary_onezero or is_moving_onezero),
+                    tile_position=tuple(tile_position or ()), tile_size=tuple(tile_size or ()))
 
 
 def _check_dtypes(instr, stationary, moving, dst, target, is_transpose):

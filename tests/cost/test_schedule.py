@@ -158,3 +158,29 @@ def test_pe_tiling_runs_disjoint_tiles_concurrently():
     untiled = schedule_program([whole_a, whole_b], TRN2).slots
     assert tiled[1].start == tiled[0].start                    # disjoint sub-arrays: concurrent
     assert untiled[1].start >= untiled[0].end                  # whole array: one after the other
+
+
+@nki.jit
+def two_tiled_matmuls(a, b):
+    a_sb = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    b_sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a_sb, src=a)
+    nisa.dma_copy(dst=b_sb, src=b)
+    left = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+    right = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=left, stationary=a_sb[0:64, 0:64], moving=b_sb[0:64, :], tile_position=(0, 0), tile_size=(64, 64))
+    nisa.nc_matmul(dst=right, stationary=a_sb[64:128, 64:128], moving=b_sb[64:128, :], tile_position=(64, 64),
+                   tile_size=(64, 64))
+    out = nl.ndarray((64, 1024), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out[:, 0:512], src=left)
+    nisa.tensor_copy(dst=out[:, 512:1024], src=right)
+    result = nl.ndarray((64, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=result, src=out)
+    return result
+
+
+def test_pe_tiling_from_a_real_trace():
+    slots = run(two_tiled_matmuls, np.zeros((128, 128), BF16), np.zeros((128, 512), BF16))
+    first, second = slots_named(slots, "nc_matmul")
+    assert first.instr.attrs.get("tile_size") == (64, 64)
+    assert second.start < first.end                                # disjoint quadrants overlap in time
