@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m nkisim.examples.demo
+	$(PY) -m demo.vit_demo
 
 test: setup
 	$(PY) -m pytest -q

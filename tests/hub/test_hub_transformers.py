@@ -45,7 +45,7 @@ def test_model_with_the_hub_kernel_matches_its_sdpa_twin(name, local_hub, neuron
     tiny = MODELS[name]
     reference = tiny.build("sdpa")
     model = tiny.build(REPO_ID)
-    assert model.config._attn_implementation == REPO_ID
+    assert model.config._attn_implementation == REPO_ID and reference.config._attn_implementation == "sdpa"
     assert registered_module_name().startswith(local_hub.variant_ids["torch-neuron"] + "."), \
         "Transformers must call the torch-neuron build's flash_attn_forward"
     model.load_state_dict(reference.state_dict())
