@@ -59,7 +59,7 @@ def _zero_fully_masked_rows(out, lse, mask, is_causal):
     hidden = torch.isneginf(mask)
     if is_causal:
         q_len, kv_len = mask.shape[-2], mask.shape[-1]
-        hidden = hidden | torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device).triu(1)
+        hidden = hidden | mask.new_ones((q_len, kv_len), dtype=torch.bool).triu(1)
     empty = hidden.all(dim=-1)
     out.masked_fill_(empty.unsqueeze(-1), 0.0)
     lse.masked_fill_(empty, float("-inf"))

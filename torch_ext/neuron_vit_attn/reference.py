@@ -35,9 +35,9 @@ def additive_mask(attn_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.T
     if attn_mask is None:
         return None
     if attn_mask.dtype == torch.bool:
-        zero = torch.zeros((), dtype=dtype, device=attn_mask.device)
-        neg_inf = torch.full((), _NEG_INF, dtype=dtype, device=attn_mask.device)
-        return torch.where(attn_mask, zero, neg_inf)
+        # Tensor-method factories (not torch.zeros(device=...)) keep tensor subclasses working.
+        zero = attn_mask.new_zeros((), dtype=dtype)
+        return torch.where(attn_mask, zero, zero - math.inf)
     return attn_mask.to(dtype)
 
 
@@ -58,7 +58,7 @@ def _probabilities(query, key, value, mask, scale, is_causal):
         scores = scores + mask.to(acc)
     if is_causal:
         sq, sk = scores.shape[-2], scores.shape[-1]
-        keep = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).tril()
+        keep = scores.new_ones((sq, sk), dtype=torch.bool).tril()
         scores = scores.masked_fill(~keep, _NEG_INF)
     lse = torch.logsumexp(scores, dim=-1)
     # Rows with every key masked have lse = -inf; shifting by 0 instead makes exp() give 0, not NaN.
