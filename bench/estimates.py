@@ -1,0 +1,34 @@
+"""Turn one nkisim trace into report rows: the cost-model estimate on every target, next to the
+roofline of the problem (not of the kernel's own traffic), for pytest-benchmark's extra_info."""
+
+from __future__ import annotations
+
+from cases import TARGETS
+from nkisim.cost import roofline
+
+
+def rows_for(trace, kernel: str, case: str, flops: int, min_bytes: int, dtype: str = "bfloat16") -> list[dict]:
+    rows = []
+    for target in TARGETS:
+        profile = trace.estimate(target)
+        bound = roofline(flops, min_bytes, target, dtype)
+        rows.append({
+            "kernel": kernel, "case": case, "target": target,
+            "estimate_us": profile.time_us, "roofline_us": bound.time_us, "roofline_bound": bound.bound,
+            "ratio": profile.time_us / bound.time_us if bound.time_us else None,
+            "mfu": profile.mfu, "hbm_bytes": profile.hbm_bytes, "bound_by": profile.bounding_engine,
+            "instructions": profile.instructions,
+        })
+    return rows
+
+
+def extra_info(rows: list[dict]) -> dict:
+    """Flat pytest-benchmark extra_info: estimate_us_trn2, roofline_us_trn2, ... per target."""
+    info = {"note": "estimate_* and roofline_* are cost-model estimates, not measurements"}
+    for r in rows:
+        t = r["target"]
+        info.update({f"estimate_us_{t}": round(r["estimate_us"], 3), f"roofline_us_{t}": round(r["roofline_us"], 3),
+                     f"ratio_{t}": round(r["ratio"], 3), f"mfu_{t}": round(r["mfu"], 4),
+                     f"bound_by_{t}": r["bound_by"]})
+    info["hbm_bytes"] = rows[0]["hbm_bytes"] if rows else 0
+    return info

@@ -1,0 +1,118 @@
+"""Attention benchmarks over the real vision-model shapes (bshd layout, bf16, batch 1 and 8).
+
+Per case: CPU wall time of the eager reference (torch SDPA), CPU wall time of the nkisim run of
+kernels/attention.py (one round: it is an interpreter), and the cost-model ESTIMATE of that trace
+on trn1/trn2/trn3 in extra_info and bench/out/. On a host with a Neuron device the device cases
+time the real kernel through the torch op, and the eager SDPA reference on the device; elsewhere
+they are skipped with the reason (skipped, not passed).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cases import (BATCHES, MODELS, PRIMARY_TARGET, attention_bytes, attention_flops, load_attention_kernel,
+                   neuron_device_available)
+from estimates import extra_info, rows_for
+
+ATTENTION = load_attention_kernel()
+CASES = [pytest.param(shape, batch, id=f"{shape.model}-B{batch}") for shape in MODELS for batch in BATCHES]
+NO_KERNEL = "kernels/attention.py does not exist yet; bench/test_matmul.py benchmarks the nkisim matmul example"
+NO_DEVICE = ("no Neuron device on this host (torch.neuron unavailable): device timing skipped; the report holds "
+             "cost-model estimates only")
+
+
+def bshd_inputs(shape, batch):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(batch, shape.seq, shape.heads, shape.head_dim, generator=g).to(torch.bfloat16)
+            for _ in range(3)]
+
+
+def sdpa_bshd(q, k, v, scale):
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("shape, batch", CASES)
+def test_eager_reference_cpu(benchmark, collector, shape, batch):
+    q, k, v = bshd_inputs(shape, batch)
+    scale = shape.head_dim ** -0.5
+    benchmark.group = f"attention {shape.label(batch)}"
+    benchmark(sdpa_bshd, q, k, v, scale)
+    collector.add_cpu(shape.label(batch), eager_cpu_us=benchmark.stats.stats.mean * 1e6)
+
+
+@pytest.mark.skipif(ATTENTION is None, reason=NO_KERNEL)
+@pytest.mark.parametrize("shape, batch", CASES)
+def test_nkisim_attention(benchmark, collector, progress, shape, batch):
+    q, k, v = bshd_inputs(shape, batch)
+    scale = shape.head_dim ** -0.5
+    traces = []
+
+    def run():
+        import nkisim
+        with nkisim.trace() as t:
+            out = ATTENTION(q, k, v, scale=scale, layout="bshd")
+        traces.append(t)
+        return out
+
+    benchmark.group = f"attention {shape.label(batch)}"
+    start = time.perf_counter()
+    out = benchmark.pedantic(run, rounds=1, iterations=1)      # an interpreter run: one round is enough
+    elapsed = time.perf_counter() - start
+    ref = sdpa_bshd(q.float(), k.float(), v.float(), scale)
+    # bf16 inputs: P is rounded to bf16 before the PV matmul and the output to bf16 (2^-8 relative each).
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+
+    case = shape.label(batch)
+    rows = rows_for(traces[-1], "attention_fwd", case, attention_flops(batch, shape), attention_bytes(batch, shape))
+    benchmark.extra_info.update(extra_info(rows))
+    collector.rows.extend(rows)
+    collector.add_cpu(case, nkisim_cpu_s=elapsed)
+    main = next(r for r in rows if r["target"] == PRIMARY_TARGET)
+    progress(f"nkisim {elapsed:.1f} s CPU; {PRIMARY_TARGET} ESTIMATE {main['estimate_us']:.1f} us vs roofline "
+             f"{main['roofline_us']:.1f} us (x{main['ratio']:.1f}), MFU {main['mfu']:.1%}")
+
+
+def _synchronize():
+    sync = getattr(getattr(torch, "neuron", None), "synchronize", None)
+    if sync is not None:
+        sync()
+
+
+@pytest.mark.skipif(not neuron_device_available(), reason=NO_DEVICE)
+@pytest.mark.parametrize("shape, batch", CASES)
+def test_device_kernel(benchmark, collector, shape, batch):
+    import neuron_vit_attn
+    q, k, v = (x.to("neuron") for x in bshd_inputs(shape, batch))
+    scale = shape.head_dim ** -0.5
+
+    def run():
+        out = neuron_vit_attn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale)
+        _synchronize()
+        return out
+
+    benchmark.group = f"attention {shape.label(batch)}"
+    out = benchmark(run)
+    ref = sdpa_bshd(q.cpu().float(), k.cpu().float(), v.cpu().float(), scale)
+    torch.testing.assert_close(out.transpose(1, 2).cpu().float(), ref, atol=2e-2, rtol=2e-2)   # bf16, as above
+    collector.device[shape.label(batch)] = benchmark.stats.stats.mean * 1e6
+
+
+@pytest.mark.skipif(not neuron_device_available(), reason=NO_DEVICE)
+@pytest.mark.parametrize("shape, batch", CASES)
+def test_device_eager_reference(benchmark, shape, batch):
+    q, k, v = (x.to("neuron") for x in bshd_inputs(shape, batch))
+    scale = shape.head_dim ** -0.5
+
+    def run():
+        out = sdpa_bshd(q, k, v, scale)
+        _synchronize()
+        return out
+
+    benchmark.group = f"attention {shape.label(batch)}"
+    benchmark(run)
