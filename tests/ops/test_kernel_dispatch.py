@@ -125,3 +125,26 @@ def test_reference_backend_never_calls_the_kernel(route, backend):
     q, k, v = make_qkv(1, 2, 2, 8, 8, 32)
     run(q, k, v)
     assert kernel.calls == []
+
+
+def test_compiled_projection_keeps_the_zero_copy_layout(monkeypatch, backend):
+    """Under torch.compile the op still gets the projection's (B, S, H, D) buffer: the layout the
+    fake implementation predicts from q's strides is the one the kernel runs with."""
+    backend("sim")
+    kernel = ContractKernel()
+    monkeypatch.setattr(_backend, "simulated_kernel", lambda: kernel)
+    proj = torch.nn.Linear(64, 3 * 64)
+    hidden = torch.randn(2, 10, 64)
+
+    def vit_attention(x):
+        q, k, v = proj(x).view(2, 10, 3, 2, 32).unbind(2)       # each (B, S, H, D), strided
+        q, k, v = (t.contiguous().transpose(1, 2) for t in (q, k, v))
+        return nva.attention(q, k, v).transpose(1, 2).reshape(2, 10, 64)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(vit_attention, fullgraph=True)
+    with torch.no_grad():
+        got, want = compiled(hidden), vit_attention(hidden)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert [c["layout"] for c in kernel.calls] == ["bshd", "bshd"]
+    assert all(c[n].is_contiguous() for c in kernel.calls for n in "qkv")
