@@ -11,7 +11,10 @@ Indexing rules for on-chip tensors (the guide's examples hold: for ``t`` of shap
 ``t[0, 0, 10].shape == (1, 1)``, ``t[:, 0].shape == (64, 64)``, ``t[:, 0, 10].shape == (64, 1)``):
 an integer on dim 0 keeps a size-1 partition dim; an integer on a free dim drops it unless the
 tensor would fall below rank 2, in which case the last indexed free dim stays with size 1.
-HBM tensors drop integer-indexed dims as NumPy does. Out-of-bounds slices are errors, not clipped.
+HBM tensors drop integer-indexed dims as NumPy does (staying at least 1-D). Out-of-bounds slices
+are errors, not clipped. Dynamic offsets (``.ap(scalar_offset=)``, ``select(dim, tensor)``) are
+read eagerly when the view is made; vector offsets (``.ap(vector_offset=)``, ``vector_select``)
+make an *indirect* HBM view that only ``dma_copy`` can read (gather) or write (scatter).
 """
 
 from __future__ import annotations
@@ -68,15 +71,19 @@ class Storage:
 class NkiTensor(ViewMethods):
     """A view of a :class:`Storage`; see the module docstring for the indexing rules."""
 
-    __slots__ = ("storage", "shape", "strides", "offset", "dtype")
+    __slots__ = ("storage", "shape", "strides", "offset", "dtype", "indirect")
 
-    def __init__(self, storage: Storage, shape=None, strides=None, offset: int = 0, dtype=None):
+    def __init__(self, storage: Storage, shape=None, strides=None, offset: int = 0, dtype=None, indirect=None):
         self.storage = storage
         self.shape = tuple(int(s) for s in (storage.shape if shape is None else shape))
         self.strides = tuple(int(s) for s in (_contiguous_strides(self.shape) if strides is None else strides))
         self.offset = int(offset)
         self.dtype = storage.dtype if dtype is None else dt.normalize(dtype)
-        self._check_bounds()
+        # Vector-offset (gather/scatter) view: (index tensor [P, 1], row stride). Dim 0 element p
+        # starts at offset + index[p] * row_stride; resolved when a DMA reads or writes the view.
+        self.indirect = indirect
+        if indirect is None:
+            self._check_bounds()
 
     # ---- attributes ------------------------------------------------------------------
     @property
@@ -140,9 +147,28 @@ class NkiTensor(ViewMethods):
                 f"tensor {self.name}: view shape={self.shape} strides={self.strides} offset={self.offset} "
                 f"reaches elements [{lo}, {hi}] outside the allocation of {self.storage.data.size} elements")
 
+    def flat_indices(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Storage element index of every element of an indirect view (``rows`` = index per dim-0 entry)."""
+        index, row_stride = self.indirect
+        if rows is None:
+            rows = self.indirect_rows()
+        idx = self.offset + rows.reshape((-1,) + (1,) * (self.ndim - 1)) * row_stride
+        for dim in range(1, self.ndim):
+            shape = [1] * self.ndim
+            shape[dim] = self.shape[dim]
+            idx = idx + (np.arange(self.shape[dim], dtype=np.int64) * self.strides[dim]).reshape(shape)
+        return np.broadcast_to(idx, self.shape)
+
+    def indirect_rows(self) -> np.ndarray:
+        index, _ = self.indirect
+        return np.asarray(index.numpy()).reshape(-1)[:self.shape[0]].astype(np.int64)
+
     def numpy(self) -> np.ndarray:
-        """A writable NumPy view onto the storage (storage dtype; bf16/fp8 via ml_dtypes)."""
+        """A writable NumPy view onto the storage (storage dtype; bf16/fp8 via ml_dtypes). For an
+        indirect (gather) view: a copy of the gathered elements."""
         flat = self.storage.data
+        if self.indirect is not None:
+            return flat[self.flat_indices()]
         if self.size == 0:
             return np.empty(self.shape, dtype=flat.dtype)
         item = flat.itemsize
@@ -163,12 +189,29 @@ class NkiTensor(ViewMethods):
         """Store values (any numeric array broadcastable to the shape), rounding to this dtype."""
         if self.dtype is not self.storage.dtype:
             raise AccessPatternError(f"tensor {self.name}: cannot write through a dtype-reinterpreting view")
-        self.numpy()[...] = dt.cast(np.broadcast_to(values, self.shape), self.dtype)
+        self.assign(dt.cast(np.broadcast_to(values, self.shape), self.dtype))
+
+    def assign(self, raw: np.ndarray, row_mask: np.ndarray | None = None) -> None:
+        """Store values already in the storage dtype (bit-exact); scatters through an indirect view,
+        skipping dim-0 rows where ``row_mask`` is False."""
+        if self.indirect is None:
+            if row_mask is None:
+                self.numpy()[...] = raw
+            else:
+                self.numpy()[row_mask] = np.broadcast_to(raw, self.shape)[row_mask]
+            return
+        idx = self.flat_indices()
+        raw = np.broadcast_to(raw, self.shape)
+        if row_mask is not None:
+            idx, raw = idx[row_mask], raw[row_mask]
+        self.storage.data[idx] = raw
 
     def region(self) -> tuple:
         """(storage id, first partition, last partition + 1, lowest free byte, highest free byte + 1)."""
         if self.size == 0:
             return (self.storage.id, 0, 0, 0, 0)
+        if self.indirect is not None:        # any row may be touched
+            return (self.storage.id, 0, 1, 0, self.storage.data.size * dt.itemsize(self.storage.dtype))
         lo = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st < 0)
         hi = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st > 0)
         item = dt.itemsize(self.storage.dtype)
@@ -203,4 +246,6 @@ class NkiTensor(ViewMethods):
 
     # ---- views ------------------------------------------------------------------------
     def _view(self, shape, strides, offset, dtype=None) -> "NkiTensor":
+        if self.indirect is not None:
+            raise AccessPatternError(f"tensor {self.name}: views of an indirect (vector_offset) view are not allowed")
         return NkiTensor(self.storage, shape, strides, offset, self.dtype if dtype is None else dtype)

@@ -36,6 +36,8 @@ class ViewMethods:
     __slots__ = ()
 
     def __getitem__(self, key) -> "NkiTensor":
+        if self.indirect is not None:
+            raise AccessPatternError(f"tensor {self.name}: an indirect (vector_offset) view cannot be indexed further")
         if not isinstance(key, tuple):
             key = (key,)
         if any(k is Ellipsis for k in key):
@@ -219,8 +221,8 @@ class ViewMethods:
         allocations and kernel arguments (offset 0), where .ap is normally used. ``scalar_offset``
         (a VirtualRegister or a one-element tensor) is read at run time and scaled by
         ``prod(storage.shape[indirect_dim + 1:])``; ``vector_offset`` (gather/scatter) is not simulated."""
-        if vector_offset is not None:
-            raise AccessPatternError(f"tensor {self.name}: .ap(vector_offset=...) indirect DMA is not simulated by nkisim")
+        if vector_offset is not None and scalar_offset is not None:
+            raise AccessPatternError(f"tensor {self.name}: .ap() takes scalar_offset or vector_offset, not both")
         storage = self.storage if dtype is None else _alias(self.storage, dt.normalize(dtype))
         pattern = [[int(s), int(n)] for s, n in pattern]
         start = self.offset if offset is None else int(offset)
@@ -231,7 +233,32 @@ class ViewMethods:
             raise AccessPatternError(
                 f"tensor {self.name}: on-chip .ap() must start with [free_size_of_storage={storage.free}, "
                 f"n_partitions], got {pattern[:1]}")
+        if vector_offset is not None:
+            return self._indirect_view(storage, pattern, start, vector_offset, indirect_dim)
         return type(self)(storage, [n for _, n in pattern], [s for s, _ in pattern], start)
+
+    def _indirect_view(self, storage, pattern, start, vector_offset, indirect_dim):
+        """Gather/scatter view: dim-0 entry p starts at row ``vector_offset[p]`` of ``indirect_dim``."""
+        if self.on_chip or indirect_dim != 0:
+            raise AccessPatternError(f"tensor {self.name}: vector_offset indexes dim 0 of an HBM tensor (the "
+                                     f"indexed tensor must be in HBM, indirect_dim=0); got {self.buffer}, "
+                                     f"indirect_dim={indirect_dim}")
+        if not _is_tensor(vector_offset) or vector_offset.free_size != 1 or not dt.is_int(vector_offset.dtype):
+            raise AccessPatternError(f"tensor {self.name}: vector_offset must be an SBUF integer tensor [P, 1]")
+        if vector_offset.shape[0] != pattern[0][1]:
+            raise AccessPatternError(f"tensor {self.name}: vector_offset has {vector_offset.shape[0]} indices, the "
+                                     f"pattern's first dim has {pattern[0][1]}")
+        row_stride = math.prod(storage.shape[1:])
+        return type(self)(storage, [n for _, n in pattern], [row_stride] + [s for s, _ in pattern[1:]], start,
+                          indirect=(vector_offset, row_stride))
+
+    def vector_select(self, dim: int, vector_offset) -> "NkiTensor":
+        """Per-partition gather view of an HBM tensor: row ``vector_offset[p]`` of dim 0 for entry p."""
+        if dim != 0:
+            raise AccessPatternError(f"tensor {self.name}: vector_select needs dim=0, got {dim}")
+        pattern = [[self.strides[0], vector_offset.shape[0]]] + [[st, n] for st, n in zip(self.strides[1:],
+                                                                                           self.shape[1:])]
+        return self._indirect_view(self.storage, pattern, self.offset, vector_offset, 0)
 
     def get_pattern(self) -> list:
         return [[st, n] for st, n in zip(self.strides, self.shape)]

@@ -51,6 +51,11 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode_enum.error, dge_mode=dge
     if dst.size != src.size:
         raise ShapeError(f"{instr}: dst has {dst.size} elements {dst.shape}, src has {src.size} {src.shape}; "
                          f"element counts must match")
+    if dst.indirect is not None or src.indirect is not None:
+        if dge_mode == dge_mode_enum.hwdge:
+            raise ShapeError(f"{instr}: vector_offset (gather/scatter) DMAs need software DGE; dge_mode=hwdge "
+                             f"does not support indirect access")
+        return _indirect_copy(instr, run, dst, src, oob_mode, name)
     if dst.dtype != src.dtype:
         if dge_mode == dge_mode_enum.hwdge:
             raise DtypeError(f"{instr}: dge_mode=hwdge cannot cast {dt.name(src.dtype)} -> {dt.name(dst.dtype)}; "
@@ -63,6 +68,43 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode_enum.error, dge_mode=dge
         dst.numpy()[...] = np.reshape(src.numpy(), dst.shape)
     return run.emit(instr, "dma", reads=[("src", src)], writes=[("dst", dst)], label=name,
                     dge_mode=None if dge_mode is None else int(dge_mode))
+
+
+def _rows_in_bounds(instr, role, t, oob_mode):
+    """Which dim-0 rows of an indirect view lie inside its storage; an error unless oob_mode=skip."""
+    if t.indirect is None:
+        return None
+    rows = t.indirect_rows()
+    idx = t.flat_indices(rows)
+    axes = tuple(range(1, t.ndim))
+    ok = (idx.min(axis=axes) >= 0) & (idx.max(axis=axes) < t.storage.data.size) if axes else \
+        (idx >= 0) & (idx < t.storage.data.size)
+    if not ok.all() and oob_mode != oob_mode_enum.skip:
+        bad = rows[~ok][:4].tolist()
+        raise ShapeError(f"{instr}: operand '{role}' indirect indices {bad} are out of bounds for {t.name} "
+                         f"{t.storage.shape} (oob_mode=error; pass oob_mode=nisa.oob_mode.skip to skip them)")
+    return ok
+
+
+def _indirect_copy(instr, run, dst, src, oob_mode, name):
+    """Gather (indirect src) / scatter (indirect dst) DMA, dim-0 rows matched one to one."""
+    if dst.shape[0] != src.shape[0]:
+        raise ShapeError(f"{instr}: indirect copy needs equal dim-0 sizes, dst {dst.shape} vs src {src.shape}")
+    src_ok, dst_ok = _rows_in_bounds(instr, "src", src, oob_mode), _rows_in_bounds(instr, "dst", dst, oob_mode)
+    mask = np.ones(src.shape[0], bool)
+    for ok in (src_ok, dst_ok):
+        if ok is not None:
+            mask &= ok
+    if src_ok is not None and not src_ok.all():
+        values = np.zeros(src.shape, dt.storage(src.dtype))
+        values[src_ok] = src.storage.data[src.flat_indices()[src_ok]]
+    else:
+        values = src.numpy()
+    if dst.dtype != src.dtype:
+        values = dt.cast(dt.to_fp32(values, src.dtype), dst.dtype)
+    dst.assign(np.reshape(values, dst.shape), row_mask=mask)
+    return run.emit(instr, "dma", reads=[("src", src)], writes=[("dst", dst)], label=name, indirect=True,
+                    oob_mode=int(oob_mode))
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unknown, oob_mode=oob_mode_enum.error,

@@ -172,3 +172,60 @@ def test_new_allocations_hold_nan_or_four():
         return of, oi
     f, i = nki.simulate(kernel)()
     assert np.isnan(f.astype(np.float32)).all() and (i == 4).all()
+
+
+def test_indirect_gather_and_scatter_docstring_kernels():
+    """The dma_copy docstring's vector_offset gather and scatter examples."""
+    data = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    indices = np.array([[5], [0], [63], [7]], dtype=np.uint32)
+
+    @nki.jit
+    def indirect_gather_kernel(data, indices):
+        P, F = indices.shape[0], data.shape[1]
+        output = nl.ndarray((P, F), dtype=data.dtype, buffer=nl.shared_hbm)
+        idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=indices)
+        dst = nl.ndarray((P, F), dtype=data.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=data.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0))
+        nisa.dma_copy(dst=output, src=dst)
+        return output
+
+    @nki.jit
+    def indirect_scatter_kernel(src_data, indices, output):
+        P, F = src_data.shape
+        src = nl.ndarray((P, F), dtype=src_data.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=src_data)
+        idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=indices)
+        nisa.dma_copy(dst=output.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0), src=src)
+        return output
+
+    np.testing.assert_array_equal(indirect_gather_kernel(data, indices), data[indices[:, 0]])
+    out = np.zeros((64, 8), np.float32)
+    rows = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
+    result = indirect_scatter_kernel(rows, indices, out)
+    expected = np.zeros((64, 8), np.float32)
+    expected[indices[:, 0]] = rows
+    np.testing.assert_array_equal(result, expected)
+    np.testing.assert_array_equal(out, expected)       # the output argument was written in place
+
+
+def test_indirect_out_of_bounds_error_or_skip():
+    data = np.arange(16 * 4, dtype=np.float32).reshape(16, 4)
+    indices = np.array([[1], [99]], dtype=np.int32)
+
+    def kernel(d, i, skip):
+        idx = nl.ndarray((2, 1), nl.int32)
+        nisa.dma_copy(dst=idx, src=i)
+        t = nl.ndarray((2, 4), nl.float32)
+        nisa.memset(dst=t, value=-1.0)
+        nisa.dma_copy(dst=t, src=d.vector_select(0, idx),
+                      oob_mode=nisa.oob_mode.skip if skip else nisa.oob_mode.error)
+        out = nl.ndarray((2, 4), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(ValueError, match="indirect indices \\[99\\] are out of bounds"):
+        nki.simulate(kernel)(data, indices, False)
+    out = nki.simulate(kernel)(data, indices, True)
+    np.testing.assert_array_equal(out, [data[1], [-1.0] * 4])
