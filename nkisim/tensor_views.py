@@ -264,8 +264,9 @@ class ViewMethods:
         return [[st, n] for st, n in zip(self.strides, self.shape)]
 
     def is_indirect(self) -> bool:
-        """nkisim resolves dynamic offsets eagerly, so no view stays indirect."""
-        return False
+        """True for vector-offset (gather/scatter) views; scalar dynamic offsets are resolved eagerly
+        by nkisim, so those views are plain strided views here."""
+        return self.indirect is not None
 
     def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> "NkiTensor":
         """einops-style view: split grouped source dims, permute, merge grouped destination dims."""

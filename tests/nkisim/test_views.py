@@ -229,3 +229,19 @@ def test_indirect_out_of_bounds_error_or_skip():
         nki.simulate(kernel)(data, indices, False)
     out = nki.simulate(kernel)(data, indices, True)
     np.testing.assert_array_equal(out, [data[1], [-1.0] * 4])
+
+
+def test_language_guide_view_examples():
+    def body():
+        t = nl.ndarray((64, 64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        u = t[0, ...]
+        c = nl.ndarray((128, 4, 16), dtype=nl.float32, buffer=nl.sbuf)
+        f = nl.ndarray((128, 1024), dtype=nl.float16, buffer=nl.sbuf)
+        pattern = f.get_pattern()
+        pattern[0][1] = 64
+        h = nl.ndarray((4, 128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        return (t[0:64, 0, 0:64].shape, t[:, :, ::2].shape, t[...].shape, t[0, ..., :].shape, u[:, 0:32, :].shape,
+                c[0:64, :, :].permute((0, 2, 1))[:, 0, :].shape, f.ap(pattern=[(1024, 128), (2, 512)]).shape,
+                f.ap(pattern=pattern).shape, h[0, :, :].shape, t.buffer == nl.sbuf, t.dtype == nl.float32)
+    assert _in_kernel(body) == ((64, 64), (64, 64, 32), (64, 64, 64), (1, 64, 64), (1, 32, 64), (64, 4), (128, 512),
+                                (64, 1024), (128, 32), True, True)
