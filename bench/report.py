@@ -16,7 +16,7 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 HOW_TO_READ = """\
 How to read this: `estimate_us` is the nkisim cost model's ESTIMATE of the kernel's time on one
 NeuronCore of the target (it is not a measurement; the model's calibration against public
-measurements is in tests/cost/test_calibration.py and test_dma.py). `roofline_us` is the lower
+measurements is in tests/cost/test_cost_calibration.py and test_cost_dma.py). `roofline_us` is the lower
 bound max(FLOPs at the TensorE peak, bytes at the per-core HBM bandwidth); for attention the bytes
 are q, k, v and o once. `ratio` = estimate / roofline (1.0 = at the bound). `mfu` = TensorE FLOPs /
 (estimate x peak). `hbm_bytes` is what the kernel's DMAs actually move. `bound_by` is the engine

@@ -17,7 +17,7 @@ from nkisim.cost import constants as C
 from nkisim.cost import dma, estimate
 
 nkisim.install()
-from calibration_kernels import dma_one_tile  # noqa: E402 - needs nkisim.install() first
+from cost_calibration_kernels import dma_one_tile  # noqa: E402 - needs nkisim.install() first
 
 
 def first_dma_profile(shape, target="trn2", dtype=ml_dtypes.bfloat16):

@@ -9,7 +9,7 @@ import pytest
 import nkisim
 from nkisim.cost import constants as C
 from nkisim.cost.schedule import schedule_program
-from synthetic import matmul
+from cost_synthetic import matmul
 
 nkisim.install()
 import nki  # noqa: E402 - resolves to nkisim after install()

@@ -5,7 +5,7 @@ import pytest
 
 from nkisim.cost import constants as C
 from nkisim.cost.engines import compute_cycles
-from synthetic import elementwise, instruction, matmul, operand
+from cost_synthetic import elementwise, instruction, matmul, operand
 
 TRN1, TRN2, TRN3 = (C.TARGETS[t] for t in ("trn1", "trn2", "trn3"))
 

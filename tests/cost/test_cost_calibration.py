@@ -7,7 +7,7 @@
 | naive tiled matmul (reloads both tiles per matmul; report's first stage 16%) | ``matmul_tiled`` 28.5% | +12.5 points |
 | tiny dependent ScalarE instructions, II 189 ns (trn1 clock) | 188.6 ns | -0.2% |
 
-(The 32 KiB DMA point is in test_dma.py.) The kernels are in calibration_kernels.py, written from
+(The 32 KiB DMA point is in test_cost_dma.py.) The kernels are in cost_calibration_kernels.py, written from
 the public docs' matmul tutorial idioms; the model constants come from the documents, not from
 these kernels. Assertions allow +-5 MFU points for the tuned kernel (the model has no HBM page
 or instruction-fetch effects) and require the naive kernel below half the tuned one.
@@ -25,7 +25,7 @@ nkisim.install()
 import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
-from calibration_kernels import matmul_staged, matmul_streamed  # noqa: E402
+from cost_calibration_kernels import matmul_staged, matmul_streamed  # noqa: E402
 from nkisim.examples.matmul import matmul_tiled  # noqa: E402
 
 SIZE = 2048

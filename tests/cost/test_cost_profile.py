@@ -6,7 +6,7 @@ import pytest
 
 import nkisim
 from nkisim.cost import Profile, constants as C, estimate, roofline
-from synthetic import elementwise
+from cost_synthetic import elementwise
 
 nkisim.install()
 from nkisim.examples.matmul import matmul_tiled  # noqa: E402

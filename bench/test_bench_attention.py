@@ -21,7 +21,7 @@ from estimates import extra_info, rows_for
 
 ATTENTION = load_attention_kernel()
 CASES = [pytest.param(shape, batch, id=f"{shape.model}-B{batch}") for shape in MODELS for batch in BATCHES]
-NO_KERNEL = "kernels/attention.py does not exist yet; bench/test_matmul.py benchmarks the nkisim matmul example"
+NO_KERNEL = "kernels/attention.py does not exist yet; bench/test_bench_matmul.py benchmarks the nkisim matmul example"
 NO_DEVICE = ("no Neuron device on this host (torch.neuron unavailable): device timing skipped; the report holds "
              "cost-model estimates only")
 
