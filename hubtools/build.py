@@ -113,6 +113,8 @@ def _top_level_names(source: str) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
     return names
 
 
@@ -122,7 +124,7 @@ def _check_source_ops(package_dir: Path) -> None:
     if not path.is_file():
         raise BuildError(f"{TORCH_EXT}/{package_dir.name}/{OPS_FILE} is missing: the package takes its op "
                          f"namespace from it")
-    extra = _top_level_names(path.read_text(encoding="utf-8")) - _OPS_NAMES - {"torch"}
+    extra = _top_level_names(path.read_text(encoding="utf-8")) - _OPS_NAMES
     if extra:
         raise BuildError(f"{package_dir.name}/{OPS_FILE} defines {sorted(extra)}, which the build's _ops.py "
                          f"(only {sorted(_OPS_NAMES)}) would drop; move them to another module")
@@ -182,8 +184,8 @@ def build(repo_root: Path = REPO_ROOT, out_dir: Path | None = None, repo_id: str
         raise BuildError(f"{TORCH_EXT}/{config.module_name}/__init__.py not found: nothing to build")
     _check_source_ops(package_dir)
     inputs = [f"{TORCH_EXT}/{config.module_name}", NKI_SOURCES, "build.toml"]
-    files, _ = list_inputs(repo_root, inputs)
-    source = source_id(repo_root, inputs)
+    listed = list_inputs(repo_root, inputs)
+    files, source = listed[0], source_id(repo_root, inputs, listed)
     nki_modules = {Path(f).stem for f in files if f.startswith(f"{NKI_SOURCES}/") and f.endswith(".py")}
     if "attention" not in nki_modules:
         raise BuildError(f"{NKI_SOURCES}/attention.py not found: the package needs its NKI attention kernel")

@@ -102,9 +102,10 @@ def list_inputs(repo_root: Path, inputs: list[str]) -> tuple[list[str], bool]:
     return sorted(f for f in set(listed.split("\0")) if f and os.path.lexists(repo_root / f)), True
 
 
-def source_id(repo_root: Path, inputs: list[str]) -> SourceId:
-    """Identity of the build inputs (repo-relative files or folders) in ``repo_root``."""
-    files, in_git = list_inputs(repo_root, inputs)
+def source_id(repo_root: Path, inputs: list[str], listed: tuple[list[str], bool] | None = None) -> SourceId:
+    """Identity of the build inputs (repo-relative files or folders) in ``repo_root``; ``listed`` is
+    :func:`list_inputs`' answer when the caller already has it."""
+    files, in_git = listed or list_inputs(repo_root, inputs)
     if not in_git:
         return SourceId(tree_hash(repo_root, files), dirty=True)
     status = _git(repo_root, "status", "--porcelain", "--", *inputs)
