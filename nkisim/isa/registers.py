@@ -30,6 +30,10 @@ class VirtualRegister:
     def __index__(self):
         return self.value
 
+    def __bool__(self):
+        """``while reg:`` is a dynamic while loop on hardware; evaluated eagerly here."""
+        return self.value != 0
+
     def __repr__(self):
         return f"VirtualRegister({self.value})"
 

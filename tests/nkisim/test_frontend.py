@@ -155,3 +155,30 @@ def test_runtime_loops_and_registers():
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     out = nki.simulate(kernel)(x, np.array([[3]], np.int32))
     np.testing.assert_array_equal(out[:3], 2 * x[:3])
+
+
+def test_dynamic_while_and_dynamic_range_with_register_bound():
+    """The language guide's dynamic control flow: ``for i in dynamic_range(reg)`` and ``while reg:``."""
+    def kernel(x, count_in):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        count_sb = nl.ndarray((1, 1), nl.int32)
+        nisa.dma_copy(dst=count_sb, src=count_in)
+        count = nisa.register_alloc(0)
+        nisa.register_load(count, count_sb)
+        t = nl.ndarray((1, x.shape[1]), x.dtype)
+        for i in nl.dynamic_range(count):
+            nisa.dma_copy(dst=t, src=x[i:i + 1])
+            nisa.dma_copy(dst=out[i:i + 1], src=t)
+        cond = nl.ndarray((1, 1), nl.int32)
+        one = nl.ndarray((1, 1), nl.int32)
+        nisa.memset(dst=one, value=1)
+        reg = nisa.register_alloc(1)
+        nisa.register_store(cond, reg)
+        while reg:                                    # runs once: cond becomes 0
+            nisa.tensor_tensor(dst=cond, data1=cond, data2=one, op=nl.subtract)
+            nisa.register_load(reg, cond)
+        return out
+
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    out = nki.simulate(kernel)(x, np.array([[2]], np.int32))
+    np.testing.assert_array_equal(out[:2], x[:2])
