@@ -1,6 +1,6 @@
 """Run the attention op on emulated ``neuron`` tensors, in a process of its own.
 
-Started by test_neuron_device.py as a subprocess, because renaming PrivateUse1 to "neuron" (and
+Started by test_ops_neuron_device.py as a subprocess, because renaming PrivateUse1 to "neuron" (and
 registering its device module) cannot be undone in a process. ``NeuronTensor`` reports device ``neuron`` (so the dispatcher picks the
 op's PrivateUse1 kernel and the autograd key of that device) but keeps its data on CPU: aten ops
 on it run on the CPU data and re-wrap the result. The op's neuron kernel then calls the real

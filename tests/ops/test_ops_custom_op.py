@@ -6,7 +6,7 @@ import torch
 import neuron_vit_attn as nva
 from neuron_vit_attn import _op
 from neuron_vit_attn._ops import _OPS_NAME, ops
-from attn_cases import make_qkv, sdpa64
+from ops_cases import make_qkv, sdpa64
 
 
 def test_op_is_named_through_the_ops_namespace():

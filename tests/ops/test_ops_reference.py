@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import neuron_vit_attn as nva
-from attn_cases import LAYOUTS, make_qkv, sdpa64
+from ops_cases import LAYOUTS, make_qkv, sdpa64
 
 # float64 in, float64 math: only summation-order differences remain.
 F64_TOL = dict(rtol=1e-12, atol=1e-12)

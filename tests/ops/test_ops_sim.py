@@ -8,7 +8,7 @@ import torch
 
 import neuron_vit_attn as nva
 from neuron_vit_attn import _backend, _op
-from attn_cases import LAYOUTS, make_qkv, requires_kernel, sdpa64
+from ops_cases import LAYOUTS, make_qkv, requires_kernel, sdpa64
 
 nkisim = pytest.importorskip("nkisim")
 pytestmark = requires_kernel

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import neuron_vit_attn as nva
-from attn_cases import make_qkv, sdpa64
+from ops_cases import make_qkv, sdpa64
 
 
 class VisionAttention(nn.Module):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import neuron_vit_attn as nva
-from attn_cases import make_qkv, requires_kernel, sdpa64
+from ops_cases import make_qkv, requires_kernel, sdpa64
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import torch
 import neuron_vit_attn as nva
 from neuron_vit_attn import _backend, _op
 from neuron_vit_attn.reference import attention_with_lse
-from attn_cases import make_qkv, sdpa64
+from ops_cases import make_qkv, sdpa64
 
 
 class ContractKernel:

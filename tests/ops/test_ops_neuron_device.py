@@ -1,5 +1,5 @@
 """The op on ``neuron`` tensors: dispatcher -> PrivateUse1 kernel -> the NKI kernel, and autograd
-on that device. Runs neuron_device_emulation.py in a subprocess (see its docstring for how the
+on that device. Runs ops_neuron_device_emulation.py in a subprocess (see its docstring for how the
 device is emulated on CPU)."""
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_cases import requires_kernel
+from ops_cases import requires_kernel
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -21,7 +21,7 @@ SUBPROCESS_TIMEOUT_S = 300
 def findings():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "torch_ext"), str(HERE)]))
     env.pop("NEURON_VIT_ATTN_BACKEND", None)
-    proc = subprocess.run([sys.executable, str(HERE / "neuron_device_emulation.py")], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(HERE / "ops_neuron_device_emulation.py")], capture_output=True, text=True,
                           env=env, timeout=SUBPROCESS_TIMEOUT_S, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
