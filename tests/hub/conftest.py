@@ -12,12 +12,9 @@ process; the op's device registration is covered by tests/ops.
 
 from __future__ import annotations
 
-import types
-
 import huggingface_hub.constants
 import pytest
-import torch
-from hub_env import REPO_ID, REPO_ROOT
+from hub_env import REPO_ID, REPO_ROOT, fake_torch_neuron
 
 from hubtools.build import build
 
@@ -44,8 +41,6 @@ def neuron_host(monkeypatch):
     """A simulated Neuron host (see the module docstring)."""
     import nkisim
 
-    fake = types.ModuleType("neuron")
-    fake.is_available = lambda: False
-    monkeypatch.setattr(torch, "neuron", fake, raising=False)
+    fake_torch_neuron(monkeypatch)
     nkisim.install()
     monkeypatch.setenv("NEURON_VIT_ATTN_BACKEND", "sim")

@@ -7,7 +7,7 @@ import nkisim
 import pytest
 import torch
 import torch.nn.functional as F
-from hub_env import REPO_ID
+from hub_env import REPO_ID, fake_torch_neuron
 from kernels import get_kernel, get_loaded_kernels
 from kernels._rust import Backend
 
@@ -84,10 +84,8 @@ def test_cpu_variant_runs_the_nki_kernel_with_the_sim_backend(local_hub, monkeyp
 
 
 def test_both_variants_in_one_process_keep_separate_op_namespaces(local_hub, monkeypatch):
-    import types
-
     cpu = get_kernel(REPO_ID, version=1)
-    monkeypatch.setattr(torch, "neuron", types.ModuleType("neuron"), raising=False)
+    fake_torch_neuron(monkeypatch)
     nkisim.install()
     neuron = get_kernel(REPO_ID, version=1)
     assert cpu is not neuron
