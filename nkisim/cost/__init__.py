@@ -45,8 +45,9 @@ def estimate(instructions, target: str = "trn2") -> Profile:
     if schedules:
         slowest = max(schedules.values(), key=lambda s: s.makespan)
         time_ns = slowest.makespan
-        busy = {e: max(s.busy.get(e, 0.0) for s in schedules.values()) / 1e3
-                for e in ("tensor", "vector", "scalar", "gpsimd", "dma")}
+        lanes = list(dict.fromkeys(["tensor", "vector", "scalar", "gpsimd", "dma"]
+                                   + [e for s in schedules.values() for e in s.busy]))
+        busy = {e: max(s.busy.get(e, 0.0) for s in schedules.values()) / 1e3 for e in lanes}
         path, waits = summarize_path(critical_path(slowest))
     else:
         time_ns, busy, path, waits = 0.0, {e: 0.0 for e in ("tensor", "vector", "scalar", "gpsimd", "dma")}, [], {}

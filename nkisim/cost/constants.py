@@ -64,8 +64,10 @@ class TargetCost:
     fp8_speedup: float = 1.0   # TensorE fp8 peak over bf16 peak (trn2: 4x128 FP8 vs 2x128 BF16 inputs/cycle)
 
     def clock_ghz(self, engine: str) -> float:
+        """Clock of ``engine``; an engine the model does not know runs at the ScalarE/GpSimd clock
+        (MODEL: the documented default for instructions new to nkisim, reported in the profile)."""
         return {"tensor": self.tensor_ghz, "vector": self.vector_ghz, "scalar": self.scalar_ghz,
-                "gpsimd": self.gpsimd_ghz}[engine]
+                "gpsimd": self.gpsimd_ghz}.get(engine, self.scalar_ghz)
 
     def peak_flops(self, dtype: str = "bfloat16") -> float:
         """TensorE peak FLOP/s of one NeuronCore for matmul inputs of ``dtype``:

@@ -31,7 +31,7 @@ KNOWN = {
     "tensor_scalar_reduce", "tensor_tensor_scan", "tensor_copy", "tensor_copy_predicated", "memset",
     "reciprocal", "bn_stats", "bn_aggr", "range_select", "dropout", "nc_stream_shuffle", "max8",
     "nc_find_index8", "nc_match_replace8", "iota", "affine_select", "activation", "activation_reduce",
-    "exponential", "topk", "tensor_scalar_cumulative", "select_reduce",
+    "exponential", "topk", "tensor_scalar_cumulative", "select_reduce", "activate2",
 }
 
 
@@ -167,7 +167,7 @@ def compute_cycles(instr, target) -> tuple[float, bool]:
         n_part = n      # 4.3a prints min(MIN_II, N) "(sic)"; read as max like its siblings
     elif name in ("iota", "affine_select"):
         n_part, fixed, floor = n, C.GPSIMD_START, 0
-    elif name in ("activation", "activation_reduce"):
+    elif name in ("activation", "activation_reduce", "activate2"):   # activate2 (v4): activation's cost
         n_part = n
         if name == "activation_reduce" or a.get("reduce") or a.get("reduce_cmd", 0) not in (0, None):
             fixed = C.MIN_II    # activation_reduce = max(MIN_II, N) + MIN_II (includes the accumulator read)

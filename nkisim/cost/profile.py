@@ -101,7 +101,7 @@ class Profile:
             f"HBM {self.roofline.memory_us:.2f} us); estimate / roofline = {self.roofline_ratio:.2f}",
             f"  TensorE {self.flops / 1e9:.3f} GFLOP ({self.matmul_dtype}), MFU {self.mfu:.1%}; "
             f"HBM traffic {self.hbm_bytes / 2**20:.2f} MiB",
-            "  engine busy: " + ", ".join(f"{ENGINE_LABELS[e]} {us:.2f} us ({self.utilization(e):.0%})"
+            "  engine busy: " + ", ".join(f"{ENGINE_LABELS.get(e, e)} {us:.2f} us ({self.utilization(e):.0%})"
                                           for e, us in self.engine_busy_us.items()),
             f"  bounding engine: {ENGINE_LABELS.get(eng, eng)} (busy {self.utilization(eng):.0%} of the time)",
         ]

@@ -145,9 +145,10 @@ def schedule_program(instructions, target) -> ProgramSchedule:
             tensor_intervals.append((start, end))
             if not known:
                 sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
-        elif engine in engine_free:
+        else:   # VectorE, ScalarE, GpSimdE; an engine new to the model gets its own in-order lane
             cycles, known = eng.compute_cycles(instr, target)
-            free = engine_free[engine]
+            known = known and engine in COMPUTE_ENGINES
+            free = engine_free.get(engine, 0.0)
             if deps_ready > free + EPS:
                 start, pred, waited = deps_ready, dep_slot, "dependency"
                 cycles += C.STATIC_OVERHEAD_CYCLES
@@ -157,12 +158,9 @@ def schedule_program(instructions, target) -> ProgramSchedule:
                     cycles += C.STATIC_OVERHEAD_CYCLES
             end = start + cycles / target.clock_ghz(engine)
             engine_free[engine] = end
-            busy[engine] += end - start
+            busy[engine] = busy.get(engine, 0.0) + end - start
             if not known:
                 sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
-        else:
-            raise ValueError(f"cost model: instruction {instr.name} has unknown engine {engine!r}; expected one of "
-                             f"tensor, vector, scalar, gpsimd, dma")
         if pred is None and start <= EPS and waited != "dma engines":
             waited = "start"
         sched.slots.append(Slot(instr, start, end, pred, waited))

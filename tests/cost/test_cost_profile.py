@@ -78,3 +78,10 @@ def test_unknown_instructions_are_priced_and_reported():
 def test_unknown_target_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown target"):
         estimate([], "trn9")
+
+
+def test_an_engine_new_to_the_model_does_not_crash_the_estimate():
+    odd = elementwise("barrier_like", "sync", (128, 64), "float32")
+    profile = estimate([odd], "trn2")
+    assert profile.time_us > 0 and profile.unknown_instructions == {"barrier_like": 1}
+    assert "sync" in profile.engine_busy_us
