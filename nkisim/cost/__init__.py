@@ -10,10 +10,19 @@ How: per-instruction engine cycles from the published formulas (``engines``), DM
 fixed latency plus bytes over the engines they span (``dma``), then a list schedule with every
 engine in program order and read/write dependencies through memory (``schedule``); the estimate
 is the schedule's makespan, with engine busy times, MFU, roofline and critical path (``profile``).
-Every constant and its source is in ``constants``. Results are estimates, not measurements: the
-model knows nothing the formulas do not say (no HBM page effects, no instruction-fetch stalls,
-no compiler reordering), see the calibration tests in tests/cost for how far it lands from the
-public measured points.
+Every constant and its source is in ``constants``. Results are estimates, not measurements; the
+calibration tests in tests/cost state how far they land from the public measured points.
+
+Known limits of the model:
+* it knows nothing the published formulas do not say: no HBM page/bank effects, no
+  instruction-fetch or semaphore-bookkeeping stalls beyond the documented ~100-cycle overhead;
+* every engine keeps the kernel's program order (no compiler reordering), so independent work
+  written after a dependent chain waits behind it, as the instruction streams do;
+* each ``nl.ndarray`` is its own memory: reuse of SBUF/PSUM addresses by the compiler adds no
+  write-after-read waits, so loads into freshly allocated tiles may run arbitrarily far ahead
+  (kernels that reuse one tile explicitly do get those waits);
+* DMA issue order is program order within three queues (loads, stores, other copies);
+  indirect (gather/scatter) DMAs are priced like dense ones with the row size as chunk.
 """
 
 from __future__ import annotations
