@@ -138,13 +138,16 @@ def test_valid_backend_values_on_cpu_use_the_reference(qkv, backend, value):
 
 
 @requires_kernel
-@pytest.mark.parametrize("dtype,head_dim", [(torch.float32, 16), (torch.float32, 288), (torch.float64, 32)])
-def test_sim_backend_falls_back_for_unsupported_inputs(backend, dtype, head_dim):
+@pytest.mark.parametrize("dtype,head_dim,scale,reason", [(torch.float32, 16, None, "head_dim 16"),
+                                                         (torch.float32, 288, None, "head_dim 288"),
+                                                         (torch.float64, 32, None, "dtype float64"),
+                                                         (torch.float32, 32, -0.5, "scale -0.5")])
+def test_sim_backend_falls_back_for_unsupported_inputs(backend, dtype, head_dim, scale, reason):
     backend("sim")
     q, k, v = make_qkv(1, 1, 1, 4, 4, head_dim, dtype=dtype)
-    with pytest.warns(UserWarning, match="the NKI attention kernel does not support .*running the eager reference"):
-        out = nva.attention(q, k, v)
-    torch.testing.assert_close(out.double(), sdpa64(q, k, v), rtol=1e-5, atol=1e-5)
+    with pytest.warns(UserWarning, match=f"the NKI attention kernel does not support {reason}.*running the eager"):
+        out = nva.attention(q, k, v, scale=scale)
+    torch.testing.assert_close(out.double(), sdpa64(q, k, v, scale=scale), rtol=1e-5, atol=1e-5)
 
 
 def test_sim_backend_without_nkisim_says_how_to_get_it(qkv, backend, monkeypatch):

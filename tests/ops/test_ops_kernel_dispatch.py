@@ -36,6 +36,9 @@ def route(request, monkeypatch, backend):
         run = nva.attention
     else:
         # The PrivateUse1 kernel itself, called with CPU tensors: no neuron device exists here.
+        # Its limits come from kernels/attention.py, imported with nkisim standing in for nki.
+        import nkisim
+        nkisim.install()
         monkeypatch.setattr(_backend, "device_kernel", lambda: kernel)
 
         def run(q, k, v, attn_mask=None, *, scale=None, is_causal=False, enable_gqa=False):

@@ -11,8 +11,9 @@
 ``reference``  the eager reference on every device (debugging, bisecting numerical issues).
 =============  =================================================================================
 
-Inputs the kernel does not cover (``_validation.kernel_unsupported_reason``) run the reference on
-any backend, with a one-time warning.
+Inputs the kernel does not cover (``_validation.kernel_unsupported_reason``, and key sequences
+beyond the kernel's SBUF budget, ``kv_budget_reason``) run the reference on any backend, with a
+one-time warning per distinct reason.
 
 Layout without copies: Transformers hands q/k/v as (B, H, S, D) views of a contiguous (B, S, H, D)
 projection. When ``q.transpose(1, 2)`` is contiguous the kernel reads that buffer directly with
@@ -85,26 +86,47 @@ def from_kernel_layout(out: torch.Tensor, layout: str) -> torch.Tensor:
     return out.transpose(1, 2) if layout == LAYOUT_BSHD else out
 
 
-def device_kernel():
-    """The ``@nki.jit`` attention kernel for ``neuron`` tensors (real NKI on a Trainium host)."""
+def device_kernel_module():
+    """kernels/attention.py for ``neuron`` tensors, imported with the real NKI (Trainium host)."""
     try:
-        from ._nki.attention import attention_fwd
+        from ._nki import attention
     except ImportError as err:
         raise RuntimeError(f"neuron_vit_attn: cannot import the NKI kernel ({err}); {_NKI_HELP}") from err
-    return attention_fwd
+    return attention
 
 
-def simulated_kernel():
-    """The same kernel wrapped by ``nki.simulate`` after ``nkisim.install()`` (CPU tensors in and out)."""
+def sim_kernel_module():
+    """kernels/attention.py with nkisim standing in for ``nki`` (unless the real NKI is installed)."""
     try:
         import nkisim
     except ImportError as err:
         raise RuntimeError(_NKISIM_HELP) from err
     nkisim.install()
-    import nki
+    from ._nki import attention
+    return attention
 
-    from ._nki.attention import attention_fwd
-    return nki.simulate(attention_fwd)
+
+def device_kernel():
+    """The ``@nki.jit`` attention kernel, called directly with ``neuron`` tensors."""
+    return device_kernel_module().attention_fwd
+
+
+def simulated_kernel():
+    """The same kernel wrapped by ``nki.simulate`` (torch CPU tensors in and out)."""
+    module = sim_kernel_module()
+    import nki
+    return nki.simulate(module.attention_fwd)
+
+
+def kv_budget_reason(kernel_module, query, key) -> str | None:
+    """The kernel keeps one kv head's K^T and V resident in SBUF: too many keys for that budget is
+    a case for the reference. The kernel module's own formula decides (its trace-time assert)."""
+    head_dim, kv_len = query.shape[-1], key.shape[2]
+    need = kernel_module._resident_bytes(1, kv_len, head_dim, query.element_size())
+    if need > kernel_module.KV_RESIDENT_BYTES:
+        return (f"{kv_len} keys of head_dim {head_dim} (resident K/V would need {need} B per SBUF partition, "
+                f"the kernel allows {kernel_module.KV_RESIDENT_BYTES})")
+    return None
 
 
 def run_kernel(kernel, query, key, value, mask, scale: float, is_causal: bool):

@@ -83,7 +83,8 @@ def attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
                   scale: float, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """CPU: the eager reference (``auto``, ``reference``) or the NKI kernel in the simulator (``sim``)."""
     if _backend.selected_backend() == "sim":
-        reason = kernel_unsupported_reason(query, key, value)
+        module = _backend.sim_kernel_module()
+        reason = kernel_unsupported_reason(query, key, value, scale) or _backend.kv_budget_reason(module, query, key)
         if reason is None:
             return _run_kernel(_backend.simulated_kernel(), query, key, value, mask, scale, is_causal)
         _warn_reference_fallback(reason, "NEURON_VIT_ATTN_BACKEND=sim")
@@ -94,7 +95,8 @@ def attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
 def _attention_fwd_neuron(query, key, value, mask, scale, is_causal):
     """``neuron`` device: the NKI kernel on the device tensors (reference if forced or unsupported)."""
     if _backend.selected_backend() != "reference":
-        reason = kernel_unsupported_reason(query, key, value)
+        module = _backend.device_kernel_module()
+        reason = kernel_unsupported_reason(query, key, value, scale) or _backend.kv_budget_reason(module, query, key)
         if reason is None:
             return _run_kernel(_backend.device_kernel(), query, key, value, mask, scale, is_causal)
         _warn_reference_fallback(reason, "neuron device")

@@ -6,8 +6,7 @@ accepts (layout (B, H, S, D), GQA only with ``enable_gqa=True``, bool or float m
 to (B, Hq, Sq, Sk)), restricted to floating dtypes bf16/fp16/fp32/fp64.
 
 ``kernel_unsupported_reason`` names what the NKI kernel cannot serve (float64, head dims outside
-32..256, a value head dim different from the query's, empty tensors, key sequences whose K/V do not
-fit the kernel's SBUF budget); callers then fall back to the
+32..256, a value head dim different from the query's, empty tensors, scale <= 0); callers then fall back to the
 eager reference with a one-time warning (``warn_once``) instead of failing.
 
 ``normalize_mask`` turns a user mask into the kernel's mask contract: additive float
@@ -28,11 +27,6 @@ SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 KERNEL_MIN_HEAD_DIM = 32
 KERNEL_MAX_HEAD_DIM = 256
-# kernels/attention.py keeps one kv head's K^T (ceil(D/128) rows of Sk) and V (ceil(Sk/128) tiles
-# of D columns) resident in SBUF, within KV_RESIDENT_BYTES per partition; longer key sequences
-# (Sk > 24576 for D <= 128, > 12288 for D = 256 in bf16) are not supported by the kernel.
-KERNEL_PARTITIONS = 128
-KERNEL_KV_RESIDENT_BYTES = 96 * 1024
 _RANK = 4
 _LAYOUT_HELP = "expected (batch, heads, seq_len, head_dim) as for torch.nn.functional.scaled_dot_product_attention"
 
@@ -123,7 +117,7 @@ def normalize_mask(attn_mask, query, key):
     return mask.expand(mask.shape[0], mask.shape[1], query.shape[2], key.shape[2]).contiguous()
 
 
-def kernel_unsupported_reason(query, key, value) -> str | None:
+def kernel_unsupported_reason(query, key, value, scale: float) -> str | None:
     """Why the NKI kernel cannot serve these (validated) inputs, or None if it can."""
     head_dim = query.shape[-1]
     if query.dtype not in KERNEL_DTYPES:
@@ -134,10 +128,6 @@ def kernel_unsupported_reason(query, key, value) -> str | None:
         return f"value head_dim {value.shape[-1]} != query head_dim {head_dim}"
     if query.numel() == 0 or key.numel() == 0:
         return "empty tensors"
-    kv_len = key.shape[2]
-    resident = (-(-head_dim // KERNEL_PARTITIONS) * kv_len + -(-kv_len // KERNEL_PARTITIONS) * head_dim) \
-        * query.element_size()
-    if resident > KERNEL_KV_RESIDENT_BYTES:
-        return (f"{kv_len} keys of head_dim {head_dim} (resident K/V would need {resident} B per SBUF partition, "
-                f"the kernel allows {KERNEL_KV_RESIDENT_BYTES})")
+    if scale <= 0:
+        return f"scale {scale} (the NKI kernel takes scale > 0)"
     return None
