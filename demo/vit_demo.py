@@ -82,7 +82,7 @@ def cost_estimate(traces) -> str:
     except ImportError as err:            # nkisim without its cost model
         return f"cost model unavailable ({err})"
     total_us = sum(p.time_us for p in profiles)
-    return (f"{total_us:.1f} us for {len(profiles)} attention calls ({total_us / len(profiles):.1f} us each) "
+    return (f"{total_us:.1f} us for {len(profiles)} fp32 attention calls ({total_us / len(profiles):.1f} us each) "
             f"[cost-model estimate, {COST_TARGET}; not a measurement]")
 
 
@@ -106,7 +106,8 @@ def main() -> None:
     kernel = get_kernel(REPO_ID, version=1)
     metadata = next(k.metadata for k in get_loaded_kernels() if k.module is kernel)
     variant = next(name for name, build_id in result.variant_ids.items() if build_id == kernel.__name__)
-    backend = "NKI kernel on the neuron device" if on_device else "NKI kernel in nkisim on CPU (NEURON_VIT_ATTN_BACKEND=sim)"
+    backend = ("NKI kernel on the neuron device" if on_device
+               else "NKI kernel in nkisim on CPU (NEURON_VIT_ATTN_BACKEND=sim)")
     say(f'get_kernel("{REPO_ID}", version=1) loaded build/{variant} as {kernel.__name__} '
         f"(backend {metadata.backend.backend_type}); attention runs as: {backend}")
 
@@ -132,7 +133,8 @@ def main() -> None:
         say(f"sdpa forward: {time.perf_counter() - started:.2f} s")
         attention_modules = [m for m in model.modules() if isinstance(m, ViTAttention)]
         layers = len(attention_modules)
-        shape = f"q/k/v ({BATCH}, {config.num_attention_heads}, {tokens}, {config.hidden_size // config.num_attention_heads})"
+        heads = config.num_attention_heads
+        shape = f"q/k/v ({BATCH}, {heads}, {tokens}, {config.hidden_size // heads})"
         say(f"kernel forward: {layers} attention calls, {shape} ...")
         started = time.perf_counter()
         if on_device:

@@ -39,6 +39,8 @@ METADATA_FILE = "metadata.json"
 CARD_FILE = "CARD.md"
 STAGING = ".staging"
 BENCH_REPORT = Path("bench") / "out" / "report.md"
+BENCHMARKS_DIR = "benchmarks"        # scripts for `kernels benchmark`; the upload puts them beside build/
+BENCHMARK_PATTERN = "benchmark*.py"
 FILE_MODE = 0o644
 
 _NKI_INIT = '''"""The NKI kernels of this package (copied from the source repository's kernels/ by the build).
@@ -217,9 +219,11 @@ def build(repo_root: Path = REPO_ROOT, out_dir: Path | None = None, repo_id: str
     shutil.rmtree(staging, ignore_errors=True)
 
     bench_report = repo_root / BENCH_REPORT
+    benchmark_scripts = sorted(p.name for p in (repo_root / BENCHMARKS_DIR).glob(BENCHMARK_PATTERN))
     card_text = card.render(config=config, repo_id=repo_id or config.repo_id, source=source, api=api,
                             variant_ids=ids, kernel_docs=_nki_docstrings(repo_root, files),
-                            bench_report=bench_report.read_text(encoding="utf-8") if bench_report.is_file() else None)
+                            bench_report=bench_report.read_text(encoding="utf-8") if bench_report.is_file() else None,
+                            benchmark_scripts=benchmark_scripts)
     _write(out_dir / CARD_FILE, card_text.encode())
     return BuildResult(out_dir=out_dir, source=source, variant_ids=ids, api=api)
 

@@ -26,22 +26,23 @@ def _first_line(doc: str) -> str:
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-def _bench_section(report: str | None) -> str:
+def _bench_section(report: str | None, runner_hint: str) -> str:
     if report is None:
-        return ("No benchmark report in this build: run `make bench` in the source repository before `make build` "
-                "to include one.\n")
+        return (runner_hint + "No benchmark report in this build: run `make bench` in the source repository before "
+                "`make build` to include one.\n")
     lines = []
     for line in report.strip().splitlines():
         if _IMAGE_LINE.match(line):
             continue            # plots stay in the source repository's bench/out/
         heading = _HEADING.match(line)
         lines.append("#" * BENCH_HEADING_SHIFT + line if heading else line)
-    return ("From the source repository's `make bench` (`bench/out/report.md`). Cost-model numbers are estimates "
-            "from nkisim's model of the named target, not measurements on hardware.\n\n" + "\n".join(lines) + "\n")
+    return (runner_hint + "From the source repository's `make bench` (`bench/out/report.md`). Cost-model numbers "
+            "are estimates from nkisim's model of the named target, not measurements on hardware.\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def render(*, config: KernelConfig, repo_id: str, source: SourceId, api: dict, variant_ids: dict,
-           kernel_docs: dict, bench_report: str | None) -> str:
+           kernel_docs: dict, bench_report: str | None, benchmark_scripts: list | None = None) -> str:
     org = repo_id.split("/")[0]
     module = config.module_name
     out = [
@@ -91,7 +92,8 @@ def render(*, config: KernelConfig, repo_id: str, source: SourceId, api: dict, v
         "| variant | loaded on | attention runs as | needs |",
         "|---|---|---|---|",
         "| `torch-neuron` | hosts with TorchNeuron (`torch.neuron`) | the NKI kernel through `nki.jit` on `neuron` "
-        "tensors; CPU tensors use the eager reference | `nki` from the AWS Neuron pip index (PyPI's is a placeholder) |",
+        "tensors; CPU tensors use the eager reference | `nki` from the AWS Neuron pip index (PyPI's is a "
+        "placeholder) |",
         "| `torch-cpu` | CPU hosts | the eager reference; the same NKI kernel in nkisim (the NKI interpreter of the "
         "source repository) with `NEURON_VIT_ATTN_BACKEND=sim` | torch |",
         "",
@@ -115,7 +117,10 @@ def render(*, config: KernelConfig, repo_id: str, source: SourceId, api: dict, v
             "with a one-time warning.", ""]
     for name, doc in kernel_docs.items():
         out += [f"### `_nki/{name.replace('.', '/')}.py`", "", doc, ""]
-    out += ["## Benchmarks", "", _bench_section(bench_report).rstrip(), "",
+    runner_hint = (f"Benchmark scripts ({', '.join(f'`benchmarks/{name}`' for name in benchmark_scripts)}) ship "
+                   f"with this version: `kernels benchmark {repo_id} --version {config.version}` times `attention` "
+                   "on the local device against SDPA.\n\n") if benchmark_scripts else ""
+    out += ["## Benchmarks", "", _bench_section(bench_report, runner_hint).rstrip(), "",
             "## Source", "",
             f"Built by `make build` from the source repository's `kernels/`, `torch_ext/{module}/` and `build.toml`; "
             f"source tree {source.tree_hash}" + (" with uncommitted changes" if source.dirty else "") + ".", "",

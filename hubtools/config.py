@@ -41,7 +41,8 @@ def load_config(repo_root: Path) -> KernelConfig:
     """Parse and validate ``repo_root/build.toml``."""
     path = repo_root / BUILD_TOML
     if not path.is_file():
-        raise BuildConfigError(f"{path.name} not found in the repository root; `make build` runs from a clone of the repo")
+        raise BuildConfigError(f"{path.name} not found in the repository root; `make build` runs from a clone of "
+                               "the repo")
     try:
         from kernels._rust import Build
         Build.open(repo_root)
@@ -53,7 +54,8 @@ def load_config(repo_root: Path) -> KernelConfig:
         raise BuildConfigError(f"{path.name} needs a [torch-noarch] table: NKI kernels are pure Python")
     backends = general.get("backends")
     if backends != SUPPORTED_BACKENDS:
-        raise BuildConfigError(f"{path.name}: [general] backends = {backends!r}, this build supports {SUPPORTED_BACKENDS!r}")
+        raise BuildConfigError(f"{path.name}: [general] backends = {backends!r}, this build supports "
+                               f"{SUPPORTED_BACKENDS!r}")
     missing = [key for key in ("name", "version", "license") if key not in general]
     if missing:
         raise BuildConfigError(f"{path.name}: [general] lacks {', '.join(missing)}")

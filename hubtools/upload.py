@@ -2,7 +2,8 @@
 
 Plan (printed first, always): create the repo (``repo_type="kernel"``, ``exist_ok``), create branch ``v<version>``
 from ``main`` if missing, upload every file of the variants under ``build/`` to that branch in one commit that also
-deletes stale files under those variant folders, and upload ``build/CARD.md`` as ``README.md`` on ``main`` (what
+deletes stale files under those variant folders, then ``benchmarks/benchmark*.py`` (for ``kernels benchmark``)
+the same way when the repo has them, and upload ``build/CARD.md`` as ``README.md`` on ``main`` (what
 ``kernel-builder upload`` does). ``get_kernel(repo, version=N)`` then resolves branch ``vN``.
 
 ``--dry-run`` (``DRY_RUN=1``) prints the plan and stops: no token needed, no ``HfApi`` created, nothing sent.
@@ -22,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import CARD_FILE, METADATA_FILE, REPO_ROOT, VARIANTS
+from .build import BENCHMARK_PATTERN, BENCHMARKS_DIR, CARD_FILE, METADATA_FILE, REPO_ROOT, VARIANTS
 from .config import load_config
 
 REPO_TYPE = "kernel"
@@ -45,6 +46,8 @@ class UploadPlan:
     build_dir: Path
     variants: tuple       # folder names under build/, e.g. ("torch-cpu", "torch-neuron")
     files: tuple          # paths relative to build/, e.g. "torch-neuron/__init__.py"
+    benchmarks_dir: Path | None = None    # the repo's benchmarks/ when it holds benchmark*.py
+    benchmark_files: tuple = ()           # names in benchmarks_dir, e.g. "benchmark.py"
 
     @property
     def branch(self) -> str:
@@ -64,8 +67,10 @@ def _ignored(path: Path) -> bool:
     return "__pycache__" in path.parts or path.suffix == ".pyc"
 
 
-def make_plan(build_dir: Path, repo_id: str, version: int | None = None) -> UploadPlan:
-    """Check ``build_dir`` against the target and list what would be uploaded."""
+def make_plan(build_dir: Path, repo_id: str, version: int | None = None,
+              benchmarks_dir: Path | None = None) -> UploadPlan:
+    """Check ``build_dir`` against the target and list what would be uploaded (``benchmarks_dir``: where
+    ``benchmark*.py`` for ``kernels benchmark`` live, if anywhere)."""
     if not _REPO_ID.match(repo_id):
         raise UploadError(f"REPO_ID={repo_id!r} is not a Hub repo id; use <org-or-user>/<name>")
     if "flash" in repo_id.split("/")[1].lower():
@@ -91,7 +96,10 @@ def make_plan(build_dir: Path, repo_id: str, version: int | None = None) -> Uplo
                           f"`make upload REPO_ID={repo_id}`, which builds first)")
     files = tuple(sorted(p.relative_to(build_dir).as_posix() for v in variants
                          for p in (build_dir / v).rglob("*") if p.is_file() and not _ignored(p)))
-    return UploadPlan(repo_id=repo_id, version=built_version, build_dir=build_dir, variants=variants, files=files)
+    benchmark_files = tuple(sorted(p.name for p in benchmarks_dir.glob(BENCHMARK_PATTERN))) \
+        if benchmarks_dir is not None and benchmarks_dir.is_dir() else ()
+    return UploadPlan(repo_id=repo_id, version=built_version, build_dir=build_dir, variants=variants, files=files,
+                      benchmarks_dir=benchmarks_dir if benchmark_files else None, benchmark_files=benchmark_files)
 
 
 def describe(plan: UploadPlan) -> str:
@@ -101,6 +109,9 @@ def describe(plan: UploadPlan) -> str:
              f"upload to {plan.branch}, one commit ({len(plan.files)} files; stale files under "
              + ", ".join(f"{BUILD_PATH_IN_REPO}/{v}/" for v in plan.variants) + " are deleted):"]
     lines += [f"  {BUILD_PATH_IN_REPO}/{path}" for path in plan.files]
+    if plan.benchmark_files:
+        lines.append(f"upload to {plan.branch}, one commit (stale {BENCHMARKS_DIR}/{BENCHMARK_PATTERN} are deleted):")
+        lines += [f"  {BENCHMARKS_DIR}/{name}" for name in plan.benchmark_files]
     lines.append(f"upload to {MAIN_BRANCH}: {CARD_PATH_IN_REPO} <- {plan.build_dir.name}/{CARD_FILE}")
     return "\n".join(lines)
 
@@ -135,6 +146,12 @@ def execute(plan: UploadPlan, api, log=print) -> None:
                       delete_patterns=plan.variant_patterns,
                       commit_message=f"Build version {plan.version}: {', '.join(ids)}")
     log(f"[upload] {len(plan.files)} files uploaded to {plan.branch}")
+    if plan.benchmark_files:
+        api.upload_folder(repo_id=plan.repo_id, repo_type=REPO_TYPE, revision=plan.branch,
+                          folder_path=str(plan.benchmarks_dir), path_in_repo=BENCHMARKS_DIR,
+                          allow_patterns=[BENCHMARK_PATTERN], delete_patterns=[BENCHMARK_PATTERN],
+                          commit_message=f"Benchmarks for version {plan.version}")
+        log(f"[upload] {len(plan.benchmark_files)} benchmark scripts uploaded to {plan.branch}")
     api.upload_file(path_or_fileobj=str(plan.card), path_in_repo=CARD_PATH_IN_REPO, repo_id=plan.repo_id,
                     repo_type=REPO_TYPE, revision=MAIN_BRANCH, commit_message=f"Kernel card for version {plan.version}")
     log(f"[upload] {CARD_PATH_IN_REPO} uploaded to {MAIN_BRANCH}")
@@ -151,12 +168,14 @@ def main(argv: list[str] | None = None, api_factory=None) -> int:
     parser.add_argument("--repo-id", default=None, help="target repo (default: [general.hub] repo-id in build.toml)")
     parser.add_argument("--version", type=int, default=None, help="version to publish (default: the build's)")
     parser.add_argument("--build-dir", type=Path, default=REPO_ROOT / "build")
+    parser.add_argument("--benchmarks-dir", type=Path, default=REPO_ROOT / BENCHMARKS_DIR,
+                        help="where benchmark*.py for `kernels benchmark` live (uploaded when present)")
     parser.add_argument("--dry-run", action="store_true", default=os.environ.get("DRY_RUN", "").lower() in _TRUE,
                         help="print the plan and stop (also DRY_RUN=1)")
     args = parser.parse_args(argv)
     try:
         repo_id = args.repo_id or load_config(REPO_ROOT).repo_id
-        plan = make_plan(args.build_dir, repo_id, args.version)
+        plan = make_plan(args.build_dir, repo_id, args.version, args.benchmarks_dir)
         print(describe(plan))
         if args.dry_run:
             print("dry run: nothing was created or uploaded")

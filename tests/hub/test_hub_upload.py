@@ -34,6 +34,13 @@ def write_build(build_dir: Path, repo_id: str = REPO, version: int = 1) -> Path:
     return build_dir
 
 
+def write_benchmarks(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "benchmark.py").write_text("# kernels benchmark workloads\n")
+    (folder / "helpers.py").write_text("# not a benchmark*.py file: stays local\n")
+    return folder
+
+
 class RecordingHfApi:
     """Records the calls the upload makes; ``refuse_create`` makes create_repo fail like the Hub does."""
 
@@ -77,17 +84,20 @@ def test_plan_lists_branch_and_every_variant_file(tmp_path):
 
 def test_execute_makes_the_kernel_repo_branch_and_uploads(tmp_path):
     build_dir = write_build(tmp_path / "build")
-    plan = make_plan(build_dir, REPO)
+    plan = make_plan(build_dir, REPO, benchmarks_dir=write_benchmarks(tmp_path / "benchmarks"))
     api = RecordingHfApi()
     execute(plan, api, log=lambda *_: None)
-    assert [name for name, _, _ in api.calls] == ["create_repo", "create_branch", "upload_folder", "upload_file"]
-    (_, repo, create), (_, _, branch), (_, _, folder), (_, _, card) = api.calls
+    assert [name for name, _, _ in api.calls] == ["create_repo", "create_branch", "upload_folder", "upload_folder",
+                                                  "upload_file"]
+    (_, repo, create), (_, _, branch), (_, _, folder), (_, _, benchmarks), (_, _, card) = api.calls
     assert repo == REPO and create == {"repo_type": "kernel", "exist_ok": True}
     assert branch == {"branch": "v1", "repo_type": "kernel", "exist_ok": True}
     assert folder["repo_type"] == "kernel" and folder["revision"] == "v1" and folder["path_in_repo"] == "build"
     assert folder["folder_path"] == str(build_dir)
     assert folder["sent"] == list(plan.files)          # exactly the planned files: no card, no bytecode
     assert folder["delete_patterns"] == ["torch-cpu/**", "torch-neuron/**"]
+    assert benchmarks["sent"] == ["benchmark.py"] and benchmarks["path_in_repo"] == "benchmarks"
+    assert benchmarks["revision"] == "v1" and benchmarks["delete_patterns"] == ["benchmark*.py"]
     assert card["path_in_repo"] == "README.md" and card["revision"] == "main" and card["repo_type"] == "kernel"
     assert card["path_or_fileobj"] == str(build_dir / "CARD.md")
 
@@ -117,9 +127,12 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
     def no_api(**_):
         raise AssertionError("a dry run must not create an HfApi")
 
-    assert upload.main(["--repo-id", REPO, "--build-dir", str(build_dir)], api_factory=no_api) == 0
+    benchmarks = write_benchmarks(tmp_path / "benchmarks")
+    assert upload.main(["--repo-id", REPO, "--build-dir", str(build_dir), "--benchmarks-dir", str(benchmarks)],
+                       api_factory=no_api) == 0
     out = capsys.readouterr().out
     assert "branch: v1" in out and "  build/torch-neuron/_nki/attention.py" in out
+    assert "  benchmarks/benchmark.py" in out and "helpers.py" not in out
     assert "dry run: nothing was created or uploaded" in out
 
 
@@ -133,7 +146,8 @@ def test_main_uploads_with_the_token(tmp_path, monkeypatch):
         apis.append(RecordingHfApi(token=token))
         return apis[-1]
 
-    assert upload.main(["--repo-id", REPO, "--version", "1", "--build-dir", str(build_dir)], api_factory=factory) == 0
+    assert upload.main(["--repo-id", REPO, "--version", "1", "--build-dir", str(build_dir),
+                        "--benchmarks-dir", str(tmp_path / "no-benchmarks")], api_factory=factory) == 0
     assert apis[0].token == "hf_test" and len(apis[0].calls) == 4
 
 
