@@ -73,8 +73,9 @@ def make_plan(build_dir: Path, repo_id: str, version: int | None = None,
     ``benchmark*.py`` for ``kernels benchmark`` live, if anywhere)."""
     if not _REPO_ID.match(repo_id):
         raise UploadError(f"REPO_ID={repo_id!r} is not a Hub repo id; use <org-or-user>/<name>")
-    if "flash" in repo_id.split("/")[1].lower():
-        raise UploadError(f"REPO_ID={repo_id!r}: a repo name containing 'flash' makes Transformers use flash-style "
+    if "flash" in repo_id.lower():
+        # Transformers tests `"flash" in attn_implementation` (org included) and then calls flash-style kernels
+        raise UploadError(f"REPO_ID={repo_id!r}: a repo id containing 'flash' makes Transformers use flash-style "
                           "attention calls for attn_implementation=<repo>; pick another name")
     variants = tuple(sorted(p.name for p in build_dir.iterdir() if (p / METADATA_FILE).is_file())) \
         if build_dir.is_dir() else ()

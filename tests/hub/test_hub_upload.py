@@ -165,6 +165,7 @@ def test_no_token_refuses_after_the_plan(tmp_path, monkeypatch, capsys):
     ("org/neuron-vit-attn", 2, REPO, "VERSION=2 but the build is version 1"),
     ("other/neuron-vit-attn", None, REPO, "make build REPO_ID=other/neuron-vit-attn"),
     ("org/flash-vit", None, "org/flash-vit", "containing 'flash'"),
+    ("flashorg/vit-attn", None, "flashorg/vit-attn", "containing 'flash'"),
     ("not a repo", None, REPO, "is not a Hub repo id"),
 ])
 def test_plan_rejects_mismatches(tmp_path, repo_id, version, card_repo, message):
