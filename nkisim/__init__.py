@@ -34,7 +34,8 @@ __all__ = ["install", "installed", "jit", "simulate", "trace", "profile", "Trace
            "language", "isa"]
 
 # Real module name -> nkisim module that stands in for it.
-_ALIASES = {"nki": "nkisim", "nki.language": "nkisim.language", "nki.isa": "nkisim.isa", "nki.typing": "nkisim.typing"}
+_ALIASES = {"nki": "nkisim", "nki.language": "nkisim.language", "nki.isa": "nkisim.isa", "nki.typing": "nkisim.typing",
+            "nki.collectives": "nkisim.collectives"}
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -46,7 +47,7 @@ class _AliasLoader(importlib.abc.Loader):
         target = importlib.import_module(self.real)
 
         def __getattr__(name):  # noqa: N807 - PEP 562 module __getattr__
-            if spec.name == "nki" and name in ("language", "isa", "typing"):
+            if spec.name == "nki" and name in ("language", "isa", "typing", "collectives"):
                 return importlib.import_module(f"nki.{name}")
             return getattr(target, name)
 

@@ -2,7 +2,7 @@
 
 A launch wraps each array argument as an HBM tensor (``shared_hbm``, as the official simulator
 does for LNC launches), runs the kernel function once per logical-core program with
-``nl.program_id(0)`` set, checks that every returned tensor lives in ``shared_hbm`` and that live
+``nl.program_id(0)`` set (LNC=2: two threads, so ``core_barrier``/``sendrecv`` work), checks that every returned tensor lives in ``shared_hbm`` and that live
 SBUF/PSUM stayed within capacity, then converts outputs back: NumPy in -> NumPy out, torch CPU
 tensors in -> torch tensors out. Inputs the kernel wrote are copied back into the caller's arrays.
 Non-array arguments are compile-time constants and pass through unchanged.
@@ -14,6 +14,7 @@ Calling an ``@nki.jit`` function directly runs it in nkisim, since no Neuron dev
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -159,16 +160,35 @@ def launch(fn, lnc: int, args: tuple, kwargs: dict):
     arrays: list[_Arg] = []
     wrapped_args = [_wrap(a, arrays) for a in args]
     wrapped_kwargs = {k: _wrap(v, arrays) for k, v in kwargs.items()}
-    shared: list = []
-    result = None
-    for program_id in range(lnc):
-        run = runtime.KernelRun(target, program_id, lnc, shared_outputs=shared)
+    group = runtime.LncGroup(lnc)
+    results: dict = {}
+    errors: dict = {}
+
+    def program(program_id: int) -> None:
+        run = runtime.KernelRun(target, program_id, lnc, group=group)
         runtime.push(run)
         try:
-            result = fn(*wrapped_args, **wrapped_kwargs)
+            results[program_id] = fn(*wrapped_args, **wrapped_kwargs)
+            run.check_capacity(fn.__name__)
+        except BaseException as exc:  # re-raised in the launching thread
+            errors[program_id] = exc
         finally:
             runtime.pop()
-        run.check_capacity(fn.__name__)
+            group.finish(program_id)
+
+    if lnc == 1:
+        program(0)
+    else:
+        threads = [threading.Thread(target=program, args=(p,), name=f"nkisim-lnc-{p}") for p in range(lnc)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        # A program blocked on a partner that failed reports a follow-up error; show the cause.
+        first = min(errors, key=lambda p: (isinstance(errors[p], KernelError) and "waits for program" in str(errors[p]), p))
+        raise errors[first]
+    result = results[0]
     as_torch = any(a.is_torch for a in arrays)
     out = _unwrap(result, fn.__name__, as_torch, [])
     for a in arrays:

@@ -9,6 +9,7 @@
 | ``scalar_engine`` | activation, activation_reduce, activate2 (trn3) |
 | ``gpsimd`` | iota, affine_select |
 | ``dma`` | dma_copy, dma_transpose (trn2+) |
+| ``lnc`` | core_barrier, sendrecv (LNC=2 launches run as two threads) |
 | ``registers`` | VirtualRegister, register_alloc/move/load/store (and nl.fori_loop / nl.while_loop) |
 
 Every instruction validates its operands against the hardware rules of nki-reference.md
@@ -23,6 +24,7 @@ from ..trace import Instruction as NkiInstruction  # noqa: F401
 from .dma import dma_copy, dma_transpose
 from .enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from .gpsimd import affine_select, iota
+from .lnc import core_barrier, sendrecv
 from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store
 from .scalar_engine import activate2, activation, activation_reduce
 from .tensor_engine import nc_matmul, nc_transpose
@@ -46,10 +48,9 @@ def _not_simulated(api: str, why: str):
     return instruction
 
 
-# NKI 0.6 instructions without a simulation here: collectives and LNC communication, MX and
+# NKI 0.6 instructions without a simulation here: MX and
 # random-number instructions, gathers and top-k helpers.
 _MISSING = {
-    "sendrecv": "LNC programs run one after the other", "core_barrier": "LNC programs run one after the other",
     "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats", "dma_compute": "DMA read-modify-write",
     "dropout": "random numbers", "rng": "random numbers", "rand2": "random numbers",
     "rand_set_state": "random numbers", "rand_get_state": "random numbers", "set_rng_seed": "random numbers",
@@ -72,5 +73,5 @@ __all__ = [
     "select_reduce", "tensor_scalar_reduce", "nc_stream_shuffle", "tensor_partition_reduce",
     "tensor_scalar_cumulative", "tensor_tensor_scan", "VirtualRegister", "register_alloc", "register_load", "register_move",
     "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
-    "get_nc_version", "NkiInstruction", "NkiValidationError",
+    "get_nc_version", "NkiInstruction", "NkiValidationError", "core_barrier", "sendrecv",
 ]

@@ -182,3 +182,51 @@ def test_dynamic_while_and_dynamic_range_with_register_bound():
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     out = nki.simulate(kernel)(x, np.array([[2]], np.int32))
     np.testing.assert_array_equal(out[:2], x[:2])
+
+
+@nki.jit
+def lnc_barrier_kernel(x):
+    """Each core writes its half of a shared tensor, both wait at core_barrier, then each core reads
+    the *other* core's half: correct only if the programs really run concurrently."""
+    rows = x.shape[0] // 2
+    me = nl.program_id(0)
+    other = 1 - me
+    shared = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((rows, x.shape[1]), x.dtype)
+    nisa.dma_copy(dst=t, src=x[me * rows:(me + 1) * rows])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=10.0)
+    nisa.dma_copy(dst=shared[me * rows:(me + 1) * rows], src=t)
+    nisa.core_barrier(data=shared, cores=(0, 1))
+    u = nl.ndarray((rows, x.shape[1]), x.dtype)
+    nisa.dma_copy(dst=u, src=shared[other * rows:(other + 1) * rows])
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[me * rows:(me + 1) * rows], src=u)
+    # ring exchange of one tile through sendrecv
+    got = nl.ndarray((rows, x.shape[1]), x.dtype)
+    nisa.sendrecv(src=t, dst=got, send_to_rank=other, recv_from_rank=other, pipe_id=0)
+    swapped = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=swapped[me * rows:(me + 1) * rows], src=got)
+    return out, swapped
+
+
+def test_lnc2_core_barrier_and_sendrecv_run_concurrently():
+    x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    out, swapped = lnc_barrier_kernel[2](x)
+    expected = np.concatenate([x[4:] * 10, x[:4] * 10])
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(swapped, expected)
+
+
+def test_lnc_communication_errors():
+    with pytest.raises(ValueError, match="core_barrier: needs an LNC=2 launch"):
+        lnc_barrier_kernel(np.zeros((8, 4), np.float32))
+
+    @nki.jit
+    def one_sided(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        if nl.program_id(0) == 0:
+            nisa.core_barrier(data=out, cores=(0, 1))
+        return out
+
+    with pytest.raises(ValueError, match="core_barrier: program 0 waits for program 1, which already finished"):
+        one_sided[2](np.zeros((8, 4), np.float32))

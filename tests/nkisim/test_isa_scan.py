@@ -84,5 +84,5 @@ def test_activate2_is_trn3_only(monkeypatch):
 
 
 def test_not_simulated_apis_say_so():
-    with pytest.raises(NotSimulatedError, match="nisa.core_barrier is part of NKI 0.6 but not simulated"):
-        nisa.core_barrier(None, (0, 1))
+    with pytest.raises(NotSimulatedError, match="nisa.topk is part of NKI 0.6 but not simulated"):
+        nisa.topk(None, None, None, 8)
