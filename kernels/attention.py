@@ -11,41 +11,42 @@ top-left aligned causal mask (query i sees keys j <= i) and combines with ``mask
 ``return_lse=True`` also returns lse (B, Hq, Sq) float32, the natural-log log-sum-exp of the
 scaled, masked scores (for a backward kernel).
 
-Algorithm (one pass, nothing but q, k, v, mask and the outputs touches HBM):
+Algorithm (one pass; nothing but q, k, v, mask and the outputs touches HBM):
 
     for b in batch:
       for kv-head group (as many kv heads as keep K^T and V resident within KV_RESIDENT_BYTES):
-        load K, V once, 128 tokens x all heads of the group per DMA; K^T by TensorE transposes
-        for each query tile of Q_TILE=128 tokens:
-          load Q (all heads of the group, one DMA), transpose on TensorE, fold `scale` into the
-          PSUM->SBUF eviction (so scores come out of the matmul already scaled)
-          for each query head:
-            for each key block of <= KV_BLOCK keys (causal: key tiles above the diagonal skipped):
-              S    = Q K^T                   TensorE, 512-key matmuls into PSUM (fp32)
-              S   += mask, causal triangle   VectorE, in place in PSUM (diagonal tile only)
-              m    = rowmax(S)               VectorE, read from PSUM
-              P    = exp(S - m), l = rowsum  ScalarE, one activation with fused bias and row sum
-              P^T  by 128x128 transposes     TensorE -> PSUM, one eviction per PSUM bank
-              O   += P^T.T @ V               TensorE, accumulated over 128-key chunks in PSUM
-              (more than one block: online softmax, O and l rescaled by exp(m_old - m_new))
-            out = O / l                      fused into the PSUM->SBUF eviction (ScalarE scale)
-          store the output tile (all heads of the group, one DMA)
+        K^T (D on partitions) by DMA transpose, all heads at once; V (+ a ones column) resident
+        for each query tile of Q_TILE = 128 tokens:
+          Q^T by DMA transpose (all heads of the group), times `scale` on GpSimd
+          for each group of up to 8 query heads sharing one PSUM score tile:
+            S    = Q K^T                  TensorE: 512-key matmuls into fp32 PSUM (head pairs of
+                                          64-dim heads run side by side on PE row tiles)
+            S   += mask, causal triangle  VectorE, in place in PSUM (only the diagonal key tile)
+            m    = rowmax(S)              VectorE, one reduction for the whole head group
+            P    = exp(S - m)             ScalarE, bias = -m fused into the activation
+            P^T  128x128 transposes       TensorE -> PSUM; evictions alternate VectorE / ScalarE
+            [O | l] = P^T.T @ [V | 1]     TensorE; the ones column of V yields the row sum l
+            out  = O / l                  one VectorE op for the group, PSUM -> SBUF
+          store the output tile (all heads, one DMA)
 
-When a query tile's keys fit in one block (Sk <= KV_BLOCK = 2048: every vision model) the
+Stages are software-pipelined: the scores and exponentials of head group i+1 are issued before
+the transposes and PV matmuls of group i, so TensorE, VectorE and ScalarE work concurrently.
+When the keys of a query tile fit one block (Sk <= KV_BLOCK = 2048: every vision model) the
 softmax is a plain full-row softmax; longer key ranges use the online (flash) update over
-blocks. Statistics (max, sum, lse) are fp32; P is rounded to the input dtype for the PV matmul,
-whose accumulation is fp32 in PSUM.
+blocks, one head at a time, O and l rescaled by exp(m_old - m_new). Statistics (max, sum, lse)
+are fp32; scale*Q and P are rounded to the input dtype for the matmuls, which accumulate in fp32.
 
-Tiles: Q_TILE = K_CHUNK = nl.tile_size.pmax (128) partitions; SCORE_COLS =
-nl.tile_size.gemm_moving_fmax (512) keys per QK^T matmul (one 2 KiB PSUM bank of fp32);
-KV_BLOCK = 2048 keys per softmax block (4 PSUM banks); head dims above 128 split the QK^T
-contraction into 128-row chunks (PV keeps D <= 256 output columns in one matmul, N <= 512).
-For D in {32, 64, 128, 256} and no GQA, heads are transposed several at a time (a 128-column
-transpose holds two 64-dim heads, which then sit on partitions 0-63 and 64-127).
+Tiles: Q_TILE = K_CHUNK = nl.tile_size.pmax (128); SCORE_COLS = nl.tile_size.gemm_moving_fmax
+(512) keys per QK^T matmul = one 2 KiB PSUM bank of fp32; score tiles up to SCORE_TILE_BYTES
+(2 banks) per head group; head dims above 128 split the QK^T contraction into 128-row chunks
+(PV keeps D + 1 <= 257 output columns in one matmul, N <= 512). In "bshd" with D dividing 128
+(or a multiple of it) and no GQA, heads are DMA-transposed together, 128 partitions at a time:
+two 64-dim heads share a [128, tokens] tile (partitions 0-63 and 64-127). trn1 has no DMA
+transpose: there K and Q go through TensorE transposes instead.
 
-Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; one kv head's K^T and V must fit
-KV_RESIDENT_BYTES per partition (Sk <= 24576 for D <= 128, 12288 for D = 256); rows that the
-mask hides completely are undefined (as in flash attention).
+Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; scale > 0; one kv head's K^T and
+V must fit KV_RESIDENT_BYTES per partition (Sk <= 24576 for D <= 128 in 16-bit dtypes); rows that
+the mask hides completely are undefined (as in flash attention).
 """
 
 import math
@@ -57,54 +58,82 @@ import nki.language as nl
 P_MAX = nl.tile_size.pmax                       # 128 partitions
 Q_TILE = P_MAX                                  # query rows per tile (partition dim of S, O)
 K_CHUNK = P_MAX                                 # keys per P^T transpose / PV contraction step
+D_CHUNK = P_MAX                                 # contraction rows per QK^T matmul
 SCORE_COLS = nl.tile_size.gemm_moving_fmax      # 512 keys per QK^T matmul = one PSUM bank of fp32
 KV_BLOCK = 4 * SCORE_COLS                       # 2048 keys softmaxed at once (4 PSUM banks)
-PSUM_BANK_BYTES = nl.tile_size.psum_bank_fmax_bytes  # 2048
+PSUM_BANK_BYTES = nl.tile_size.psum_bank_fmax_bytes   # 2048
+SCORE_TILE_BYTES = 3 * PSUM_BANK_BYTES          # fp32 scores of one head group
+MAX_GROUP_HEADS = 8                             # query heads per score tile
 MIN_HEAD_DIM, MAX_HEAD_DIM = 32, 256
-D_CHUNK = P_MAX                                 # contraction rows per QK^T matmul
 KV_RESIDENT_BYTES = 96 * 1024                   # SBUF bytes per partition for resident K^T and V
 MASKED_SCORE = -3.0e38                          # additive causal mask value (finite; exp() -> 0)
 SUPPORTED_DTYPES = (nl.bfloat16, nl.float16, nl.float32)
 LAYOUTS = ("bhsd", "bshd")
 
 
+@nki.jit
+def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd", return_lse=False):
+    B, Hq, Hkv, Sq, Sk, D = _check_inputs(q, k, v, mask, scale, layout)
+    dtype = q.dtype
+    rep = Hq // Hkv
+    out = nl.ndarray(q.shape, dtype=dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((B, Hq, Sq), dtype=nl.float32, buffer=nl.shared_hbm) if return_lse else None
+    kv_group = _kv_group_size(Hkv, Sk, D, _itemsize(dtype))
+    q_group = kv_group * rep
+    flat = (layout == "bshd" and rep == 1 and (P_MAX % D == 0 or D % P_MAX == 0)
+            and (kv_group * D) % P_MAX == 0)
+    k_units, k_chunks = _transpose_plan(kv_group, D, flat)
+    q_units, q_chunks = _transpose_plan(q_group, D, flat)
+    use_dma_transpose = nisa.get_nc_version() >= nisa.nc_version.gen3     # trn2+
+
+    causal_bias = None
+    if is_causal:
+        # causal_bias[p, j] = 0 where key j <= query p, else MASKED_SCORE: added to the diagonal
+        # key tile of every query tile (key tiles above the diagonal are skipped).
+        zeros = nl.ndarray((Q_TILE, K_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=zeros, value=0.0)
+        causal_bias = nl.ndarray((Q_TILE, K_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.affine_select(dst=causal_bias, pattern=[[-1, K_CHUNK]], channel_multiplier=1, on_true_tile=zeros,
+                           on_false_value=MASKED_SCORE, cmp_op=nl.greater_equal, offset=0)
+
+    ctx = {"q": q, "k": k, "v": v, "mask": mask, "scale": float(scale), "layout": layout, "dtype": dtype, "D": D,
+           "Sk": Sk, "rep": rep, "flat": flat, "kv_group": kv_group, "q_group": q_group, "k_units": k_units,
+           "k_chunks": k_chunks, "q_units": q_units, "q_chunks": q_chunks, "causal_bias": causal_bias,
+           "use_dma_transpose": use_dma_transpose, "out": out, "lse": lse}
+
+    # Work items: (batch, kv-head group, query tile, head group), in loop order.
+    items = []
+    for b in range(B):
+        for g0 in range(0, Hkv, kv_group):
+            kv = {"b": b, "g0": g0, "k_t": None, "v_aug": None}
+            for q0 in range(0, Sq, Q_TILE):
+                mq = min(Q_TILE, Sq - q0)
+                tile = {"kv": kv, "b": b, "h0": g0 * rep, "q0": q0, "mq": mq,
+                        "n_keys": min(Sk, q0 + mq) if is_causal else Sk, "q_t": None}
+                group_heads = _score_group_heads(q_group, tile["n_keys"], D, rep, flat)
+                for hs in range(0, q_group, group_heads):
+                    items.append({"tile": tile, "hs": hs, "heads": min(group_heads, q_group - hs),
+                                  "last": hs + group_heads >= q_group})
+    # Software pipeline, three items deep: scores and row max of item i, exponentials of item
+    # i - 1, then P^T, PV and the output of item i - 2. Each engine runs its instructions in
+    # program order, so this order lets VectorE reduce item i while ScalarE exponentiates
+    # item i - 1 and TensorE multiplies item i - 2.
+    for step in range(len(items) + 2):
+        if step < len(items):
+            _stage_scores(items[step], ctx)
+        if 1 <= step <= len(items):
+            _stage_exp(items[step - 1], ctx)
+        if 2 <= step:
+            _stage_output(items[step - 2], ctx)
+    if return_lse:
+        return out, lse
+    return out
+
+
+# ---- planning (trace time) -----------------------------------------------------------------------
+
 def _itemsize(dtype):
     return 4 if dtype == nl.float32 else 2
-
-
-def _seq_view(x, layout, b, t0, t1, h0, h1):
-    """HBM view of tokens [t0, t1) x heads [h0, h1) of batch b, shaped (tokens, heads, D)."""
-    if layout == "bshd":
-        return x[b, t0:t1, h0:h1, :]
-    return x[b, h0:h1, t0:t1, :].permute((1, 0, 2))
-
-
-def _transpose_plan(n_heads, head_dim, flat):
-    """How the (tokens, n_heads * D) SBUF tile becomes D-on-partition tiles.
-
-    Returns (units, chunks): ``units`` = [(col, src_col, width)]: transpose columns
-    [src_col, src_col + width) into slot ``col`` of a [P_MAX, n_cols, tokens] tile;
-    ``chunks[h]`` = [(col, row0, rows)]: where head h's contraction chunks of <= 128 dims live.
-    ``flat``: transpose 128 columns at a time regardless of head boundaries (D divides 128 or
-    128 divides D), else one transpose per head and 128-dim chunk (rows start at partition 0)."""
-    units, chunks = [], []
-    if flat:
-        total = n_heads * head_dim
-        for col in range(math.ceil(total / P_MAX)):
-            units.append((col, col * P_MAX, min(P_MAX, total - col * P_MAX)))
-        for h in range(n_heads):
-            chunks.append([((h * head_dim + d0) // P_MAX, (h * head_dim + d0) % P_MAX, min(D_CHUNK, head_dim - d0))
-                           for d0 in range(0, head_dim, D_CHUNK)])
-    else:
-        per_head = math.ceil(head_dim / D_CHUNK)
-        for h in range(n_heads):
-            head_chunks = []
-            for i, d0 in enumerate(range(0, head_dim, D_CHUNK)):
-                width = min(D_CHUNK, head_dim - d0)
-                units.append((h * per_head + i, h * head_dim + d0, width))
-                head_chunks.append((h * per_head + i, 0, width))
-            chunks.append(head_chunks)
-    return units, chunks
 
 
 def _check_inputs(q, k, v, mask, scale, layout):
@@ -125,123 +154,142 @@ def _check_inputs(q, k, v, mask, scale, layout):
     assert q.dtype in SUPPORTED_DTYPES, f"attention_fwd: dtype {q.dtype} not supported (bfloat16, float16, float32)"
     assert k.dtype == q.dtype and v.dtype == q.dtype, \
         f"attention_fwd: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-    assert isinstance(scale, (int, float)), f"attention_fwd: scale must be a Python float, got {type(scale)}"
+    assert isinstance(scale, (int, float)) and scale > 0, \
+        f"attention_fwd: scale must be a Python float > 0 (the row max is taken on scale * scores), got {scale!r}"
     if mask is not None:
         assert mask.dtype == nl.float32, f"attention_fwd: mask must be float32, got {mask.dtype}"
         assert len(mask.shape) == 4 and mask.shape[0] in (1, B) and mask.shape[1] in (1, Hq) \
             and tuple(mask.shape[2:]) == (Sq, Sk), \
             f"attention_fwd: mask shape {mask.shape} must be (1 or {B}, 1 or {Hq}, {Sq}, {Sk})"
-    d_rows = math.ceil(D / D_CHUNK)
-    resident = (d_rows * Sk + math.ceil(Sk / K_CHUNK) * D) * _itemsize(q.dtype)
+    resident = _resident_bytes(1, Sk, D, _itemsize(q.dtype))
     assert resident <= KV_RESIDENT_BYTES, \
         f"attention_fwd: Sk={Sk} keys of head dim {D} need {resident} B per partition for one kv head's " \
         f"resident K^T and V, above KV_RESIDENT_BYTES={KV_RESIDENT_BYTES}; split the key sequence"
     return B, Hq, Hkv, Sq, Sk, D
 
 
-@nki.jit
-def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd", return_lse=False):
-    B, Hq, Hkv, Sq, Sk, D = _check_inputs(q, k, v, mask, scale, layout)
-    dtype = q.dtype
-    itemsize = _itemsize(dtype)
-    rep = Hq // Hkv
-    flat = rep == 1 and (P_MAX % D == 0 or D % P_MAX == 0)
-    out = nl.ndarray(q.shape, dtype=dtype, buffer=nl.shared_hbm)
-    lse = nl.ndarray((B, Hq, Sq), dtype=nl.float32, buffer=nl.shared_hbm) if return_lse else None
+def _resident_bytes(n_heads, Sk, D, itemsize):
+    """SBUF bytes per partition of resident K^T and V (+ ones column) for n_heads kv heads."""
+    return n_heads * (math.ceil(D / D_CHUNK) * Sk + math.ceil(Sk / K_CHUNK) * (2 * D + 1)) * itemsize
 
-    # kv heads per group: the most that keep K^T + V resident within the budget.
-    n_kchunks = math.ceil(Sk / K_CHUNK)
-    kv_group = 1
+
+def _kv_group_size(Hkv, Sk, D, itemsize):
+    """The most kv heads (a divisor of Hkv) whose K^T and V stay resident within the budget."""
     for g in range(Hkv, 0, -1):
-        cols = math.ceil(g * D / P_MAX) if flat else g * math.ceil(D / D_CHUNK)
-        if Hkv % g == 0 and (cols * Sk + n_kchunks * g * D) * itemsize <= KV_RESIDENT_BYTES:
-            kv_group = g
-            break
-    q_group = kv_group * rep
-    k_units, k_chunks = _transpose_plan(kv_group, D, flat)
-    q_units, q_chunks = _transpose_plan(q_group, D, flat)
-
-    causal_bias = None
-    if is_causal:
-        # causal_bias[p, j] = 0 where key j <= query p, else MASKED_SCORE: added to the diagonal
-        # 128x128 score tile of every query tile (key tiles above the diagonal are skipped).
-        zeros = nl.ndarray((Q_TILE, K_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.memset(dst=zeros, value=0.0)
-        causal_bias = nl.ndarray((Q_TILE, K_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.affine_select(dst=causal_bias, pattern=[[-1, K_CHUNK]], channel_multiplier=1, on_true_tile=zeros,
-                           on_false_value=MASKED_SCORE, cmp_op=nl.greater_equal, offset=0)
-
-    for b in range(B):
-        for g0 in range(0, Hkv, kv_group):
-            k_t, v_sb = _load_kv(k, v, layout, b, g0, kv_group, Sk, D, dtype, k_units)
-            h0 = g0 * rep
-            for q0 in range(0, Sq, Q_TILE):
-                mq = min(Q_TILE, Sq - q0)
-                q_t = _load_q_transposed(q, layout, b, h0, q_group, q0, mq, D, dtype, q_units, scale)
-                o_sb = nl.ndarray((Q_TILE, q_group, D), dtype=dtype, buffer=nl.sbuf)
-                lse_sb = nl.ndarray((Q_TILE, q_group), dtype=nl.float32, buffer=nl.sbuf) if return_lse else None
-                n_keys = min(Sk, q0 + mq) if is_causal else Sk
-                shared_mask = None
-                if mask is not None and mask.shape[1] == 1 and n_keys <= KV_BLOCK:
-                    shared_mask = _load_mask(mask, b, 0, q0, mq, 0, n_keys)
-                for hl in range(q_group):
-                    gl = hl // rep
-                    h = h0 + hl
-                    _attend_head(q_t, q_chunks[hl], k_t, k_chunks[gl], v_sb, gl, o_sb, lse_sb, hl,
-                                 mask, shared_mask, causal_bias, b, h, q0, mq, n_keys, D, dtype)
-                nisa.dma_copy(dst=_seq_view(out, layout, b, q0, q0 + mq, h0, h0 + q_group), src=o_sb[:mq])
-                if return_lse:
-                    nisa.dma_copy(dst=lse[b, h0:h0 + q_group, q0:q0 + mq].permute((1, 0)), src=lse_sb[:mq])
-    if return_lse:
-        return out, lse
-    return out
+        if Hkv % g == 0 and _resident_bytes(g, Sk, D, itemsize) <= KV_RESIDENT_BYTES:
+            return g
+    return 1
 
 
-def _load_kv(k, v, layout, b, g0, n_heads, Sk, D, dtype, units):
-    """K^T ([P_MAX, n_cols, Sk], D on partitions) and V ([K_CHUNK, n_kchunks, n_heads, D]) for kv
-    heads [g0, g0 + n_heads) of batch b, resident in SBUF. One DMA per 128 tokens moves all heads."""
+def _score_group_heads(q_group, n_keys, D, rep, flat):
+    """Query heads per PSUM score tile: as many as SCORE_TILE_BYTES holds (1 for online softmax),
+    at most MAX_GROUP_HEADS, their [Q | l] outputs within one PSUM bank, and an even number when
+    head pairs share PE row tiles."""
+    if n_keys > KV_BLOCK:
+        return 1
+    heads = min(q_group, MAX_GROUP_HEADS, SCORE_TILE_BYTES // (4 * _score_stride(n_keys)),
+                PSUM_BANK_BYTES // (4 * (D + 1)))
+    if flat and heads > 1 and heads % 2:
+        heads -= 1
+    return max(1, heads)
+
+
+def _score_stride(n_keys):
+    """Columns per head in a score tile, so that no head's 512-key matmul crosses a PSUM bank."""
+    if n_keys <= SCORE_COLS:
+        return SCORE_COLS // (SCORE_COLS // n_keys)
+    return math.ceil(n_keys / SCORE_COLS) * SCORE_COLS
+
+
+def _transpose_plan(n_heads, head_dim, flat):
+    """Where each head's D-on-partition chunks live in a [P_MAX, n_cols, tokens] tile.
+
+    Returns (units, chunks): ``units`` = [(col, src_col, width)]: columns [src_col, src_col +
+    width) of the (tokens, n_heads * D) input land in slot ``col``; ``chunks[h]`` = [(col, row0,
+    rows)]: head h's contraction chunks of <= 128 dims. ``flat``: 128 columns at a time across
+    head boundaries (D divides 128 or 128 divides D), else per head and chunk, rows from 0."""
+    units, chunks = [], []
+    if flat:
+        for col in range(n_heads * head_dim // P_MAX):
+            units.append((col, col * P_MAX, P_MAX))
+        for h in range(n_heads):
+            chunks.append([((h * head_dim + d0) // P_MAX, (h * head_dim + d0) % P_MAX, min(D_CHUNK, head_dim - d0))
+                           for d0 in range(0, head_dim, D_CHUNK)])
+    else:
+        per_head = math.ceil(head_dim / D_CHUNK)
+        for h in range(n_heads):
+            head_chunks = []
+            for i, d0 in enumerate(range(0, head_dim, D_CHUNK)):
+                width = min(D_CHUNK, head_dim - d0)
+                units.append((h * per_head + i, h * head_dim + d0, width))
+                head_chunks.append((h * per_head + i, 0, width))
+            chunks.append(head_chunks)
+    return units, chunks
+
+
+# ---- loads and stores ------------------------------------------------------------------------------
+
+def _seq_view(x, layout, b, t0, t1, h0, h1):
+    """HBM view of tokens [t0, t1) x heads [h0, h1) of batch b, shaped (tokens, heads, D)."""
+    if layout == "bshd":
+        return x[b, t0:t1, h0:h1, :]
+    return x[b, h0:h1, t0:t1, :].permute((1, 0, 2))
+
+
+def _dma_transposed(x, ctx, b, t0, n_tok, h0, n_heads, units):
+    """[P_MAX, n_cols, n_tok] SBUF tile with D on partitions, by DMA transposes (trn2+): one DMA
+    for all heads when ``flat`` (bshd: a token's heads are contiguous), else one per head chunk."""
+    layout, D = ctx["layout"], ctx["D"]
+    n_cols = units[-1][0] + 1
+    x_t = nl.ndarray((P_MAX, n_cols, n_tok), dtype=ctx["dtype"], buffer=nl.sbuf)
+    if ctx["flat"]:
+        src = x[b, t0:t0 + n_tok, h0:h0 + n_heads, :].flatten_dims(1, 2).reshape_dim(1, (n_cols, P_MAX))
+        nisa.dma_transpose(dst=x_t[:, :, :n_tok], src=src)
+    else:
+        for col, src_col, width in units:
+            h, d0 = h0 + src_col // D, src_col % D
+            src = x[b, t0:t0 + n_tok, h, d0:d0 + width] if layout == "bshd" else x[b, h, t0:t0 + n_tok, d0:d0 + width]
+            nisa.dma_transpose(dst=x_t[:width, col, :n_tok], src=src)
+    return x_t
+
+
+def _pe_transposed(x, ctx, b, t0, n_tok, h0, n_heads, units, scale):
+    """The same tile as ``_dma_transposed`` through TensorE transposes (trn1), times ``scale``:
+    token-major loads of 128 tokens x all heads, transposes into PSUM, one eviction per unit."""
+    layout, D, dtype = ctx["layout"], ctx["D"], ctx["dtype"]
+    n_cols = units[-1][0] + 1
+    x_t = nl.ndarray((P_MAX, n_cols, n_tok), dtype=dtype, buffer=nl.sbuf)
+    per_bank = PSUM_BANK_BYTES // (K_CHUNK * _itemsize(dtype))
+    for c0 in range(0, n_tok, per_bank * K_CHUNK):
+        tiles = []
+        for t in range(c0, min(n_tok, c0 + per_bank * K_CHUNK), K_CHUNK):
+            rows = min(K_CHUNK, n_tok - t)
+            tok = nl.ndarray((K_CHUNK, n_heads * D), dtype=dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=tok[:rows], src=_seq_view(x, layout, b, t0 + t, t0 + t + rows, h0, h0 + n_heads))
+            tiles.append((tok, rows))
+        n = sum(rows for _, rows in tiles)
+        for col, src_col, width in units:
+            t_psum = nl.ndarray((P_MAX, per_bank * K_CHUNK), dtype=dtype, buffer=nl.psum)
+            for j, (tok, rows) in enumerate(tiles):
+                nisa.nc_transpose(dst=t_psum[:width, j * K_CHUNK:j * K_CHUNK + rows], data=tok[:rows, src_col:src_col + width])
+            nisa.activation(dst=x_t[:width, col, c0:c0 + n], op=nl.copy, data=t_psum[:width, :n], scale=scale)
+    return x_t
+
+
+def _load_v_with_ones(v, ctx, b, g0, n_heads):
+    """V as [K_CHUNK, n_kchunks, n_heads, D + 1] with a ones column, so that the PV matmul also
+    returns the row sums of P. Loaded token-major (all heads per DMA), widened on GpSimd."""
+    layout, Sk, D, dtype = ctx["layout"], ctx["Sk"], ctx["D"], ctx["dtype"]
     n_kchunks = math.ceil(Sk / K_CHUNK)
-    n_cols = units[-1][0] + 1
-    k_t = nl.ndarray((P_MAX, n_cols, Sk), dtype=dtype, buffer=nl.sbuf)
-    v_sb = nl.ndarray((K_CHUNK, n_kchunks, n_heads, D), dtype=dtype, buffer=nl.sbuf)
-    chunks_per_bank = PSUM_BANK_BYTES // (K_CHUNK * _itemsize(dtype))
-    for c0 in range(0, n_kchunks, chunks_per_bank):
-        group = range(c0, min(n_kchunks, c0 + chunks_per_bank))
-        k_tok = []
-        for c in group:
-            t0 = c * K_CHUNK
-            kc = min(K_CHUNK, Sk - t0)
-            tile = nl.ndarray((K_CHUNK, n_heads * D), dtype=dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=tile[:kc], src=_seq_view(k, layout, b, t0, t0 + kc, g0, g0 + n_heads))
-            nisa.dma_copy(dst=v_sb[:kc, c], src=_seq_view(v, layout, b, t0, t0 + kc, g0, g0 + n_heads))
-            k_tok.append((tile, kc))
-        k0 = c0 * K_CHUNK
-        n_group_keys = sum(kc for _, kc in k_tok)
-        for col, src, width in units:
-            kt_psum = nl.ndarray((P_MAX, chunks_per_bank * K_CHUNK), dtype=dtype, buffer=nl.psum)
-            for j, (tile, kc) in enumerate(k_tok):
-                nisa.nc_transpose(dst=kt_psum[:width, j * K_CHUNK:j * K_CHUNK + kc], data=tile[:kc, src:src + width])
-            nisa.tensor_copy(dst=k_t[:width, col, k0:k0 + n_group_keys], src=kt_psum[:width, :n_group_keys])
-    return k_t, v_sb
-
-
-def _load_q_transposed(q, layout, b, h0, n_heads, q0, mq, D, dtype, units, scale):
-    """Q^T * scale for heads [h0, h0 + n_heads) and query rows [q0, q0 + mq): [P_MAX, n_cols, Q_TILE]."""
-    q_tok = nl.ndarray((Q_TILE, n_heads * D), dtype=dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=q_tok[:mq], src=_seq_view(q, layout, b, q0, q0 + mq, h0, h0 + n_heads))
-    n_cols = units[-1][0] + 1
-    q_t = nl.ndarray((P_MAX, n_cols, Q_TILE), dtype=dtype, buffer=nl.sbuf)
-    per_bank = PSUM_BANK_BYTES // (Q_TILE * _itemsize(dtype))
-    for u0 in range(0, len(units), per_bank):
-        batch = units[u0:u0 + per_bank]
-        qt_psum = nl.ndarray((P_MAX, per_bank, Q_TILE), dtype=dtype, buffer=nl.psum)
-        rows = max(width for _, _, width in batch)
-        for j, (col, src, width) in enumerate(batch):
-            nisa.nc_transpose(dst=qt_psum[:width, j, :mq], data=q_tok[:mq, src:src + width])
-        # Rows above a unit's width hold stale PSUM data; they are copied but never read.
-        c0, n = batch[0][0], len(batch)
-        nisa.activation(dst=q_t[:rows, c0:c0 + n, :mq], op=nl.copy, data=qt_psum[:rows, :n, :mq], scale=float(scale))
-    return q_t
+    v_tok = nl.ndarray((K_CHUNK, n_kchunks, n_heads * D), dtype=dtype, buffer=nl.sbuf)
+    v_aug = nl.ndarray((K_CHUNK, n_kchunks, n_heads, D + 1), dtype=dtype, buffer=nl.sbuf)
+    nisa.memset(dst=v_aug[:, :, :, D:D + 1], value=1.0, engine=nisa.engine.gpsimd)
+    for c in range(n_kchunks):
+        kc = min(K_CHUNK, Sk - c * K_CHUNK)
+        nisa.dma_copy(dst=v_tok[:kc, c], src=_seq_view(v, layout, b, c * K_CHUNK, c * K_CHUNK + kc, g0, g0 + n_heads))
+        nisa.tensor_copy(dst=v_aug[:kc, c, :, :D], src=v_tok[:kc, c].reshape((kc, n_heads, D)),
+                         engine=nisa.engine.gpsimd)
+    return v_aug
 
 
 def _load_mask(mask, b, h, q0, mq, k0, nk):
@@ -253,88 +301,206 @@ def _load_mask(mask, b, h, q0, mq, k0, nk):
     return tile
 
 
-def _attend_head(q_t, q_chunks, k_t, k_chunks, v_sb, gl, o_sb, lse_sb, hl, mask, shared_mask, causal_bias,
-                 b, h, q0, mq, n_keys, D, dtype):
-    """softmax(Q K^T + masks) V for one query head and query tile into o_sb[:mq, hl, :]."""
-    n_blocks = math.ceil(n_keys / KV_BLOCK)
-    pt_per_bank = PSUM_BANK_BYTES // (Q_TILE * _itemsize(dtype))
-    neg_max = row_sum = acc = None
-    for blk in range(n_blocks):
-        kb0 = blk * KV_BLOCK
+def _store_tile(tile, ctx):
+    """Output tile (all heads of the group, one DMA) and lse."""
+    b, h0, q0, mq = tile["b"], tile["h0"], tile["q0"], tile["mq"]
+    out, lse, layout, q_group = ctx["out"], ctx["lse"], ctx["layout"], ctx["q_group"]
+    nisa.dma_copy(dst=_seq_view(out, layout, b, q0, q0 + mq, h0, h0 + q_group), src=tile["o_sb"][:mq])
+    if lse is not None:
+        nisa.dma_copy(dst=lse[b, h0:h0 + q_group, q0:q0 + mq].permute((1, 0)), src=tile["lse_sb"][:mq])
+
+
+# ---- attention of one (query tile, head group) ------------------------------------------------------
+
+def _stage_scores(item, ctx):
+    """Pipeline stage 1: loads on first use (K^T, V, Q^T, shared mask), S with masks, row max.
+    Items whose keys exceed KV_BLOCK run the whole online softmax here."""
+    tile = item["tile"]
+    kv = tile["kv"]
+    if kv["k_t"] is None:
+        b, g0, n = kv["b"], kv["g0"], ctx["kv_group"]
+        if ctx["use_dma_transpose"]:
+            kv["k_t"] = _dma_transposed(ctx["k"], ctx, b, 0, ctx["Sk"], g0, n, ctx["k_units"])
+        else:
+            kv["k_t"] = _pe_transposed(ctx["k"], ctx, b, 0, ctx["Sk"], g0, n, ctx["k_units"], 1.0)
+        kv["v_aug"] = _load_v_with_ones(ctx["v"], ctx, b, g0, n)
+    if tile["q_t"] is None:
+        _load_query_tile(tile, ctx)
+    if tile["n_keys"] > KV_BLOCK:
+        _attend_online(item, ctx)
+        if item["last"]:
+            _store_tile(tile, ctx)
+        return
+    mq, heads, nb = tile["mq"], item["heads"], tile["n_keys"]
+    scores = _scores(item, ctx, 0, nb, _score_stride(nb))
+    _add_masks(scores, item, ctx, 0, nb)
+    item["scores"] = scores
+    item["neg_max"] = _row_neg_max(scores, mq, heads, nb)
+
+
+def _stage_exp(item, ctx):
+    """Pipeline stage 2: P = exp(S - m)."""
+    if item["tile"]["n_keys"] > KV_BLOCK:
+        return
+    item["probs"] = _exp(item["scores"], item["neg_max"], item["tile"]["mq"], item["heads"], item["tile"]["n_keys"],
+                         ctx["dtype"])
+
+
+def _stage_output(item, ctx):
+    """Pipeline stage 3: P^T, [O | l] = P [V | 1], out = O / l, lse; the tile's store after its last group."""
+    tile = item["tile"]
+    if tile["n_keys"] > KV_BLOCK:
+        return
+    o_psum = _pv(item["probs"], item, ctx, 0, tile["n_keys"])
+    _normalize_and_lse(o_psum, item["neg_max"], item, ctx)
+    if item["last"]:
+        _store_tile(tile, ctx)
+
+
+def _load_query_tile(tile, ctx):
+    b, q0, mq, h0, n = tile["b"], tile["q0"], tile["mq"], tile["h0"], ctx["q_group"]
+    if ctx["use_dma_transpose"]:
+        q_t = _dma_transposed(ctx["q"], ctx, b, q0, mq, h0, n, ctx["q_units"])
+        # scale folded into Q (GpSimd is otherwise idle): the scores come out of TensorE scaled.
+        nisa.tensor_scalar(dst=q_t[:, :, :mq], data=q_t[:, :, :mq], op0=nl.multiply, operand0=ctx["scale"],
+                           engine=nisa.engine.gpsimd)
+    else:
+        q_t = _pe_transposed(ctx["q"], ctx, b, q0, mq, h0, n, ctx["q_units"], ctx["scale"])
+    tile["q_t"] = q_t
+    tile["o_sb"] = nl.ndarray((Q_TILE, n, ctx["D"]), dtype=ctx["dtype"], buffer=nl.sbuf)
+    tile["lse_sb"] = nl.ndarray((Q_TILE, n), dtype=nl.float32, buffer=nl.sbuf) if ctx["lse"] is not None else None
+    tile["shared_mask"] = None
+    mask = ctx["mask"]
+    if mask is not None and mask.shape[1] == 1 and tile["n_keys"] <= KV_BLOCK:
+        tile["shared_mask"] = _load_mask(mask, b, 0, q0, mq, 0, tile["n_keys"])
+
+
+def _scores(item, ctx, kb0, nb, stride):
+    """S = (scale Q) K^T for the group's heads and keys [kb0, kb0 + nb): [Q_TILE, heads, stride] fp32 PSUM."""
+    tile, hs, heads = item["tile"], item["hs"], item["heads"]
+    q_t, mq, k_t = tile["q_t"], tile["mq"], tile["kv"]["k_t"]
+    q_chunks, k_chunks, rep = ctx["q_chunks"], ctx["k_chunks"], ctx["rep"]
+    scores = nl.ndarray((Q_TILE, heads, stride), dtype=nl.float32, buffer=nl.psum)
+    for c0 in range(0, nb, SCORE_COLS):
+        w = min(SCORE_COLS, nb - c0)
+        for g in range(heads):
+            hl = hs + g
+            for i, (qc, qr, rows) in enumerate(q_chunks[hl]):
+                kc, kr, _ = k_chunks[hl // rep][i]
+                # Heads narrower than 128 dims sit on their own PE row tile (two 64-dim heads run
+                # side by side); full-height contractions use the whole array.
+                tiling = {}
+                if rows < P_MAX and qr == kr and P_MAX % rows == 0 and qr % rows == 0:
+                    tiling = {"tile_position": (qr, 0), "tile_size": (rows, P_MAX)}
+                nisa.nc_matmul(dst=scores[:mq, g, c0:c0 + w], stationary=q_t[qr:qr + rows, qc, :mq],
+                               moving=k_t[kr:kr + rows, kc, kb0 + c0:kb0 + c0 + w], accumulate=i > 0, **tiling)
+    return scores
+
+
+def _add_masks(scores, item, ctx, kb0, nb):
+    tile, hs, heads = item["tile"], item["hs"], item["heads"]
+    mq, q0 = tile["mq"], tile["q0"]
+    mask, causal_bias = ctx["mask"], ctx["causal_bias"]
+    if mask is not None:
+        if mask.shape[1] == 1:
+            shared = tile["shared_mask"] if tile["shared_mask"] is not None else \
+                _load_mask(mask, tile["b"], 0, q0, mq, kb0, nb)
+            nisa.tensor_tensor(dst=scores[:mq, :, :nb], data1=scores[:mq, :, :nb],
+                               data2=shared[:mq, :nb].expand_dim(1).broadcast(1, heads), op=nl.add)
+        else:
+            for g in range(heads):
+                head_mask = _load_mask(mask, tile["b"], tile["h0"] + hs + g, q0, mq, kb0, nb)
+                nisa.tensor_tensor(dst=scores[:mq, g, :nb], data1=scores[:mq, g, :nb], data2=head_mask[:mq, :nb],
+                                   op=nl.add)
+    if causal_bias is not None and kb0 <= q0 < kb0 + nb:
+        d0, d1 = q0 - kb0, nb          # the diagonal key tile; keys beyond q0 + mq were skipped
+        nisa.tensor_tensor(dst=scores[:mq, :, d0:d1], data1=scores[:mq, :, d0:d1],
+                           data2=causal_bias[:mq, :d1 - d0].expand_dim(1).broadcast(1, heads), op=nl.add)
+
+
+def _row_neg_max(scores, mq, heads, nb):
+    """-max over keys of every row, for all heads of the group in one reduction."""
+    neg_max = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=neg_max[:mq], op=nl.maximum, data=scores[:mq, :, :nb], axis=2, negate=True)
+    return neg_max
+
+
+def _exp(scores, neg_max, mq, heads, nb, dtype):
+    """P = exp(S - m) per head (the bias is a per-partition column, so one activation per head)."""
+    probs = nl.ndarray((Q_TILE, heads, nb), dtype=dtype, buffer=nl.sbuf)
+    for g in range(heads):
+        nisa.activation(dst=probs[:mq, g], op=nl.exp, data=scores[:mq, g, :nb], bias=neg_max[:mq, g:g + 1])
+    return probs
+
+
+def _pv(probs, item, ctx, kb0, nb):
+    """[O | l] = P [V | 1] for the group: [Q_TILE, heads, D + 1] fp32 PSUM. P^T comes from TensorE
+    transposes, 8 (16-bit) or 4 (fp32) per PSUM bank, each bank evicted by one ScalarE copy."""
+    tile, hs, heads = item["tile"], item["hs"], item["heads"]
+    mq, v_aug = tile["mq"], tile["kv"]["v_aug"]
+    dtype, D, rep = ctx["dtype"], ctx["D"], ctx["rep"]
+    n_chunks = math.ceil(nb / K_CHUNK)
+    slots = [(g, c) for g in range(heads) for c in range(n_chunks)]
+    per_bank = PSUM_BANK_BYTES // (Q_TILE * _itemsize(dtype))
+    o_psum = nl.ndarray((Q_TILE, heads, D + 1), dtype=nl.float32, buffer=nl.psum)
+    for s0 in range(0, len(slots), per_bank):
+        bank_slots = slots[s0:s0 + per_bank]
+        pt_psum = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.psum)
+        for j, (g, c) in enumerate(bank_slots):
+            kc = min(K_CHUNK, nb - c * K_CHUNK)
+            nisa.nc_transpose(dst=pt_psum[:kc, j, :mq], data=probs[:mq, g, c * K_CHUNK:c * K_CHUNK + kc])
+        # Partitions past a ragged chunk's kc hold stale PSUM data: copied, never read.
+        n = len(bank_slots)
+        pt_sb = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.sbuf)
+        nisa.activation(dst=pt_sb[:, :n, :mq], op=nl.copy, data=pt_psum[:, :n, :mq])
+        for j, (g, c) in enumerate(bank_slots):
+            kc = min(K_CHUNK, nb - c * K_CHUNK)
+            nisa.nc_matmul(dst=o_psum[:mq, g], stationary=pt_sb[:kc, j, :mq],
+                           moving=v_aug[:kc, (kb0 + c * K_CHUNK) // K_CHUNK, (hs + g) // rep], accumulate=c > 0)
+    return o_psum
+
+
+def _normalize_and_lse(o_acc, neg_max, item, ctx):
+    """out = O / l (fused into the eviction to the output tile) and lse = m + ln(l)."""
+    tile, hs, heads = item["tile"], item["hs"], item["heads"]
+    mq, D = tile["mq"], ctx["D"]
+    inv_sum = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.reciprocal(dst=inv_sum[:mq], data=o_acc[:mq, :, D])
+    nisa.tensor_tensor(dst=tile["o_sb"][:mq, hs:hs + heads], data1=o_acc[:mq, :, :D],
+                       data2=inv_sum[:mq].expand_dim(2).broadcast(2, D), op=nl.multiply)
+    if tile["lse_sb"] is not None:
+        log_sum = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=log_sum[:mq], op=nl.log, data=o_acc[:mq, :, D])
+        nisa.tensor_tensor(dst=tile["lse_sb"][:mq, hs:hs + heads], data1=log_sum[:mq], data2=neg_max[:mq],
+                           op=nl.subtract)
+
+
+def _attend_online(item, ctx):
+    """Online (flash) softmax over key blocks of KV_BLOCK (keys > KV_BLOCK; one head per item)."""
+    tile, heads = item["tile"], item["heads"]
+    mq, n_keys, D, dtype = tile["mq"], tile["n_keys"], ctx["D"], ctx["dtype"]
+    neg_max = acc = None
+    for kb0 in range(0, n_keys, KV_BLOCK):
         nb = min(KV_BLOCK, n_keys - kb0)
-        # S = (scale Q) K^T in fp32 PSUM, SCORE_COLS keys per matmul, contraction split over D chunks.
-        scores = nl.ndarray((Q_TILE, nb), dtype=nl.float32, buffer=nl.psum)
-        for c0 in range(0, nb, SCORE_COLS):
-            w = min(SCORE_COLS, nb - c0)
-            for i in range(len(q_chunks)):
-                qc, qr, rows = q_chunks[i]
-                kc, kr, _ = k_chunks[i]
-                nisa.nc_matmul(dst=scores[:mq, c0:c0 + w], stationary=q_t[qr:qr + rows, qc, :mq],
-                               moving=k_t[kr:kr + rows, kc, kb0 + c0:kb0 + c0 + w], accumulate=i > 0)
-        if mask is not None:
-            mask_tile = shared_mask if (shared_mask is not None and n_blocks == 1) else \
-                _load_mask(mask, b, h, q0, mq, kb0, nb)
-            nisa.tensor_tensor(dst=scores[:mq, :nb], data1=scores[:mq, :nb], data2=mask_tile[:mq, :nb], op=nl.add)
-        if causal_bias is not None and kb0 <= q0 < kb0 + nb:
-            d0, d1 = q0 - kb0, n_keys - kb0     # the diagonal tile; keys beyond q0 + mq were skipped
-            nisa.tensor_tensor(dst=scores[:mq, d0:d1], data1=scores[:mq, d0:d1], data2=causal_bias[:mq, :d1 - d0],
-                               op=nl.add)
-
-        block_neg_max = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(dst=block_neg_max[:mq], op=nl.maximum, data=scores[:mq, :nb], axis=1, negate=True,
-                           keepdims=True)
-        alpha = None
-        if blk == 0:
+        scores = _scores(item, ctx, kb0, nb, KV_BLOCK)
+        _add_masks(scores, item, ctx, kb0, nb)
+        block_neg_max = _row_neg_max(scores, mq, heads, nb)
+        if neg_max is None:
             neg_max = block_neg_max
-        else:
-            # Online softmax: m_new = max(m_old, m_block); alpha = exp(m_old - m_new).
-            new_neg_max = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_tensor(dst=new_neg_max[:mq], data1=neg_max[:mq], data2=block_neg_max[:mq], op=nl.minimum)
-            alpha = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=alpha[:mq], op=nl.exp, data=neg_max[:mq], scale=-1.0, bias=new_neg_max[:mq])
-            neg_max = new_neg_max
-
-        probs = nl.ndarray((Q_TILE, nb), dtype=dtype, buffer=nl.sbuf)
-        block_sum = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=probs[:mq], op=nl.exp, data=scores[:mq, :nb], bias=neg_max[:mq], reduce_op=nl.add,
-                        reduce_res=block_sum[:mq], reduce_cmd=nisa.reduce_cmd.reset_reduce)
-
-        # O_block = P V: P^T chunks by TensorE transposes (one PSUM bank per group), then matmuls
-        # accumulating over the block's 128-key chunks.
-        o_psum = nl.ndarray((Q_TILE, D), dtype=nl.float32, buffer=nl.psum)
-        n_chunks = math.ceil(nb / K_CHUNK)
-        for g0 in range(0, n_chunks, pt_per_bank):
-            group = range(g0, min(n_chunks, g0 + pt_per_bank))
-            pt_psum = nl.ndarray((K_CHUNK, pt_per_bank, Q_TILE), dtype=dtype, buffer=nl.psum)
-            for j, c in enumerate(group):
-                kc = min(K_CHUNK, nb - c * K_CHUNK)
-                nisa.nc_transpose(dst=pt_psum[:kc, j, :mq], data=probs[:mq, c * K_CHUNK:c * K_CHUNK + kc])
-            # Partitions past a ragged chunk's kc hold stale PSUM data; copied, never read.
-            pt_sb = nl.ndarray((K_CHUNK, pt_per_bank, Q_TILE), dtype=dtype, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=pt_sb[:, :len(group), :mq], src=pt_psum[:, :len(group), :mq])
-            for j, c in enumerate(group):
-                kc = min(K_CHUNK, nb - c * K_CHUNK)
-                nisa.nc_matmul(dst=o_psum[:mq], stationary=pt_sb[:kc, j, :mq],
-                               moving=v_sb[:kc, (kb0 + c * K_CHUNK) // K_CHUNK, gl, :], accumulate=c > 0)
-
-        if blk == 0:
-            row_sum = block_sum
-            if n_blocks > 1:
-                acc = nl.ndarray((Q_TILE, D), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=acc[:mq], src=o_psum[:mq])
-        else:
-            new_sum = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.scalar_tensor_tensor(dst=new_sum[:mq], data=row_sum[:mq], op0=nl.multiply, operand0=alpha[:mq],
-                                      op1=nl.add, operand1=block_sum[:mq])
-            row_sum = new_sum
-            nisa.scalar_tensor_tensor(dst=acc[:mq], data=acc[:mq], op0=nl.multiply, operand0=alpha[:mq],
-                                      op1=nl.add, operand1=o_psum[:mq])
-
-    inv_sum = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.reciprocal(dst=inv_sum[:mq], data=row_sum[:mq])
-    # Normalisation fused into the PSUM (or accumulator) -> SBUF eviction, cast to the output dtype.
-    nisa.activation(dst=o_sb[:mq, hl, :], op=nl.copy, data=(o_psum if n_blocks == 1 else acc)[:mq], scale=inv_sum[:mq])
-    if lse_sb is not None:
-        log_sum = nl.ndarray((Q_TILE, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=log_sum[:mq], op=nl.log, data=row_sum[:mq])
-        nisa.tensor_tensor(dst=lse_sb[:mq, hl:hl + 1], data1=log_sum[:mq], data2=neg_max[:mq], op=nl.subtract)
+            o_psum = _pv(_exp(scores, neg_max, mq, heads, nb, dtype), item, ctx, kb0, nb)
+            acc = nl.ndarray((Q_TILE, heads, D + 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=acc[:mq], src=o_psum[:mq])
+            continue
+        # m_new = max(m_old, m_block); alpha = exp(m_old - m_new) rescales O and l.
+        new_neg_max = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=new_neg_max[:mq], data1=neg_max[:mq], data2=block_neg_max[:mq], op=nl.minimum)
+        delta = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=delta[:mq], data1=new_neg_max[:mq], data2=neg_max[:mq], op=nl.subtract)
+        alpha = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=alpha[:mq], op=nl.exp, data=delta[:mq])
+        neg_max = new_neg_max
+        o_psum = _pv(_exp(scores, neg_max, mq, heads, nb, dtype), item, ctx, kb0, nb)
+        nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=alpha[:mq].expand_dim(2).broadcast(2, D + 1),
+                           op=nl.multiply)
+        nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=o_psum[:mq], op=nl.add)
+    _normalize_and_lse(acc, neg_max, item, ctx)

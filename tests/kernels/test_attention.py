@@ -183,24 +183,40 @@ def test_return_lse_false_returns_only_the_output():
 
 def test_vit_b16_full_size_runs_the_nki_instructions():
     """The performance shape (B=8, 197 tokens, 12 heads, D=64, bf16, bshd) within SBUF/PSUM limits,
-    and what ran: matmuls and transposes on TensorE, exp on ScalarE, row max on VectorE, large DMAs."""
+    and what ran: QK^T, transposes and PV on TensorE, exp on ScalarE, row max on VectorE (several
+    heads per instruction), Q/K by DMA transpose (trn2), large DMAs, no HBM round trip."""
     trace = run_and_check(8, 12, 12, 197, 197, 64)
-    by_engine = {}
+    by_name = {}
     for instr in trace:
-        by_engine.setdefault((instr.engine, instr.name), []).append(instr)
-    matmuls = by_engine[("tensor", "nc_matmul")]
+        by_name.setdefault((instr.engine, instr.name), []).append(instr)
+    matmuls = by_name[("tensor", "nc_matmul")]
     assert all(i.operand("dst").buffer == "psum" for i in matmuls)
-    assert ("tensor", "nc_transpose") in by_engine
-    exps = [i for i in by_engine[("scalar", "activation")] if i.attrs["op"] == "exp"]
-    assert len(exps) == 8 * 12 * 2          # one fused exp + row sum per (batch, head, query tile)
-    assert all(i.attrs["reduce"] for i in exps)
-    assert ("vector", "tensor_reduce") in by_engine
+    # PV matmuls multiply by [V | 1]: D + 1 columns, the last one giving the softmax row sums.
+    assert sum(1 for i in matmuls if i.attrs["n"] == 65) == 8 * 12 * 2 * 2     # (b, h, q tile, key chunk)
+    assert ("tensor", "nc_transpose") in by_name
+    exps = [i for i in by_name[("scalar", "activation")] if i.attrs["op"] == "exp"]
+    assert len(exps) == 8 * 12 * 2          # one per (batch, head, query tile)
+    assert all(i.operand("data").buffer == "psum" and i.operand("data").free_elems == 197 for i in exps)
+    reduces = by_name[("vector", "tensor_reduce")]
+    assert all(i.operand("data").free_elems % 197 == 0 and i.operand("data").free_elems > 197 for i in reduces)
+    assert ("dma", "dma_transpose") in by_name
     # No HBM round trip: HBM traffic is exactly q, k, v, out and lse.
     hbm = sum(o.nbytes for i in trace if i.engine == "dma" for o in i.operands if o.buffer.endswith("hbm"))
     assert hbm == 4 * 8 * 197 * 12 * 64 * 2 + 8 * 12 * 197 * 4
-    # Q loads and output stores move all 12 heads of a 128-token tile at once: 1536 B per partition.
-    loads = [i for i in by_engine[("dma", "dma_copy")] if i.operand("dst").buffer == "sbuf"]
-    assert max(i.operand("dst").nbytes // i.operand("dst").partitions for i in loads) == 12 * 64 * 2
+    # V loads and output stores move all 12 heads of a 128-token tile at once: 1536 B per partition.
+    copies = by_name[("dma", "dma_copy")]
+    stores = [i for i in copies if i.operand("dst").buffer == "shared_hbm" and i.operand("src").dtype == "bfloat16"]
+    loads = [i for i in copies if i.operand("dst").buffer == "sbuf"]
+    for i, side in [(i, "src") for i in stores] + [(i, "dst") for i in loads]:
+        assert i.operand(side).nbytes // i.operand(side).partitions == 12 * 64 * 2
+
+
+@pytest.mark.parametrize("layout,q_heads,kv_heads,head_dim", [("bshd", 4, 4, 64), ("bhsd", 4, 2, 80)])
+def test_trn1_transposes_on_tensor_engine(monkeypatch, layout, q_heads, kv_heads, head_dim):
+    # trn1 has no DMA transpose: K^T and Q^T come from TensorE transposes instead.
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    trace = run_and_check(1, q_heads, kv_heads, 197, 197, head_dim, layout=layout)
+    assert "dma_transpose" not in trace.names()
 
 
 @pytest.mark.parametrize("q_shape,kv_shape,match", [
@@ -223,3 +239,5 @@ def test_bad_mask_and_dtypes_are_rejected():
         nkisim.simulate(attention.attention_fwd)(q, q.astype(np.float16), q)
     with pytest.raises(AssertionError, match="layout"):
         nkisim.simulate(attention.attention_fwd)(q, q, q, layout="sbhd")
+    with pytest.raises(AssertionError, match="scale must be"):
+        nkisim.simulate(attention.attention_fwd)(q, q, q, scale=-0.125)
