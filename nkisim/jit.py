@@ -43,6 +43,11 @@ class Kernel:
             raise KernelError(f"{self.fn.__name__}[{grid}]: the logical-NeuronCore degree must be 1 or 2")
         return Kernel(self.fn, int(grid))
 
+    def with_schedule(self, schedule) -> "Kernel":
+        """``kernel.with_schedule([(consumer_name, producer_name), ...])``: scheduling edges between
+        named instructions; nkisim runs in program order, so the same kernel is returned."""
+        return self
+
     def __call__(self, *args, **kwargs):
         if runtime.current() is not None:
             return self.fn(*args, **kwargs)      # a kernel calling a kernel: inlined

@@ -79,6 +79,12 @@ class Instruction:
         """DMA bytes (destination size); 0 for compute instructions."""
         return self.operand("dst").nbytes if self.engine == "dma" else 0
 
+    def depends_on(self, *others) -> "Instruction":
+        """NKI's scheduling hint (``instr.depends_on(other)``); nkisim executes in program order, so
+        the edge is recorded in ``attrs['depends_on']`` and otherwise has no effect."""
+        self.attrs.setdefault("depends_on", []).extend(getattr(o, "index", None) for o in others)
+        return self
+
     def __repr__(self):
         ops = ", ".join(f"{o.role}={o.buffer}{list(o.shape)}:{o.dtype}" for o in self.operands)
         return f"<{self.index} {self.engine}.{self.name}({ops})>"
