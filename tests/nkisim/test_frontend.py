@@ -230,3 +230,18 @@ def test_lnc_communication_errors():
 
     with pytest.raises(ValueError, match="core_barrier: program 0 waits for program 1, which already finished"):
         one_sided[2](np.zeros((8, 4), np.float32))
+
+
+def test_scheduling_apis_are_accepted():
+    def kernel(x):
+        t = nl.ndarray(x.shape, x.dtype)
+        load = nisa.dma_copy(dst=t, src=x, name="load")
+        with nl.no_reorder():
+            scale = nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0, name="scale")
+        scale.depends_on(load)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(nki.jit(kernel).with_schedule([("scale", "load")])(x), 2 * x)
