@@ -30,7 +30,8 @@ from .tensor import PSUM, SBUF, SHARED_HBM, NkiTensor
 
 __all__ = ["load", "store", "matmul", "transpose", "sum", "max", "min", "prod", "mean", "var", "all", "softmax",
            "rms_norm", "where", "broadcast_to", "expand_dims", "shared_identity_matrix", "shared_constant",
-           "load_transpose2d", "negative", "logical_not", "divide"]
+           "load_transpose2d", "negative", "logical_not", "divide", "cos", "tan", "ceil", "floor", "trunc", "fmod",
+           "mod"]
 
 _ONES_MATMUL_FMAX = 512
 
@@ -170,6 +171,59 @@ def divide(x, y, dtype=None):
     if not isinstance(x, NkiTensor):
         return apply_op(_ops.multiply, inv, float(x), dtype or y.dtype)
     return apply_op(_ops.multiply, x, inv, dtype or _promote(x.dtype, y.dtype))
+
+
+# nl functions with no single documented ISA lowering: evaluated in fp32 as one VectorE
+# pseudo-instruction named "nl.<function>" in the trace (fmod/mod are simulator-only in NKI).
+
+
+def _simulated(fn_name, fn, x, y=None, dtype=None):
+    from . import runtime as rt
+    from .isa import _checks as chk
+    ref = x if isinstance(x, NkiTensor) else y
+    run = rt.begin(f"nl.{fn_name}")
+    out = _new(ref.shape, dtype or ref.dtype)
+    reads = []
+    operands = []
+    for v in (x, y):
+        if isinstance(v, NkiTensor):
+            chk.on_chip_operands(f"nl.{fn_name}", [("x", v)])
+            operands.append(chk.values_2d(v).reshape(ref.shape))
+            reads.append(("x" if v is x else "y", v))
+        elif v is not None:
+            operands.append(np.float32(v))
+    with np.errstate(all="ignore"):
+        out.write(np.asarray(fn(*[np.asarray(o, np.float64) for o in operands]), np.float32))
+    run.emit(f"nl.{fn_name}", "vector", reads=reads, writes=[("dst", out)])
+    return out
+
+
+def cos(x, dtype=None):
+    return _simulated("cos", np.cos, x, dtype=dtype)
+
+
+def tan(x, dtype=None):
+    return _simulated("tan", np.tan, x, dtype=dtype)
+
+
+def ceil(x, dtype=None):
+    return _simulated("ceil", np.ceil, x, dtype=dtype)
+
+
+def floor(x, dtype=None):
+    return _simulated("floor", np.floor, x, dtype=dtype)
+
+
+def trunc(x, dtype=None):
+    return _simulated("trunc", np.trunc, x, dtype=dtype)
+
+
+def fmod(x, y, dtype=None):
+    return _simulated("fmod", np.fmod, x, y, dtype)
+
+
+def mod(x, y, dtype=None):
+    return _simulated("mod", np.mod, x, y, dtype)
 
 
 def where(condition, x, y, dtype=None):

@@ -172,7 +172,6 @@ mish = Op("mish", unary=_f32(lambda x: x * np.tanh(_softplus(x))), activation=Tr
 erf = Op("erf", unary=_f32(_erf), activation=True)
 erf_dx = Op("erf_dx", unary=_f32(lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x.astype(np.float64) ** 2)), activation=True)
 sin = Op("sin", unary=_f32(lambda x: np.sin(x.astype(np.float64))), activation=True)
-cos = Op("cos", unary=_f32(lambda x: np.cos(x.astype(np.float64))), activation=False)
 arctan = Op("arctan", unary=_f32(lambda x: np.arctan(x.astype(np.float64))), activation=True)
 sign = Op("sign", unary=_f32(np.sign), activation=True)
 # prelu needs its slope (relu_param): only activate2 (trn3) applies it; as a plain unary it is relu.

@@ -140,3 +140,30 @@ def test_tile_size_constants_follow_target(monkeypatch):
     assert nl.tile_size.total_available_sbuf_size == 212984 and nl.tile_size.psum_num_banks == 8
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
     assert nl.tile_size.sbuf_fmax_bytes == 245752
+
+
+def test_api_doc_examples_with_asserts():
+    """Snippets from the nki.language docstrings, including their ``assert nl.equal(...)``."""
+    def kernel():
+        a = nl.full((128, 512), 3.2, dtype=nl.float32, buffer=nl.sbuf)
+        assert nl.equal(nl.ceil(a), nl.full((128, 512), 4.0, dtype=nl.float32, buffer=nl.sbuf))
+        z = nl.full((128, 512), 0.0, dtype=nl.float32, buffer=nl.sbuf)
+        assert nl.equal(nl.cos(z), nl.full((128, 512), 1.0, dtype=nl.float32, buffer=nl.sbuf))
+        cond = nl.full((128, 512), 0.0, dtype=nl.float32, buffer=nl.sbuf)
+        x = nl.full((128, 512), 10.0, dtype=nl.float32, buffer=nl.sbuf)
+        y = nl.full((128, 512), 5.0, dtype=nl.float32, buffer=nl.sbuf)
+        assert nl.equal(nl.where(cond, x, y), y)
+        identity = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+        result_psum = nl.transpose(identity)
+        result = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(result, result_psum)
+        assert nl.equal(result, identity)
+        ones = nl.full((128, 128), 1.0, dtype=nl.float32, buffer=nl.sbuf)
+        mm = nl.matmul(identity, ones, transpose_x=True)
+        mm_sb = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(mm_sb, mm)
+        assert nl.equal(mm_sb, ones)
+        assert not nl.equal(mm_sb, identity)
+        assert nl.equal(nl.fmod(nl.full((2, 2), -7.0, nl.float32), 3.0), nl.full((2, 2), -1.0, nl.float32))
+
+    nki.simulate(kernel)()
