@@ -90,3 +90,15 @@ def test_attention_reference_is_sdpa_compatible():
     mask[:, 0] = True
     out = nva.attention_reference(q, k, v, mask, scale=0.4, is_causal=False, enable_gqa=True)
     torch.testing.assert_close(out, sdpa64(q, k, v, mask, scale=0.4, enable_gqa=True), **F64_TOL)
+
+
+def test_autocast_runs_in_the_autocast_dtype_like_sdpa():
+    q, k, v = make_qkv(1, 2, 2, 8, 8, 32, layout="bshd", requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = nva.attention(q, k, v)
+        sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert out.dtype == sdpa.dtype == torch.bfloat16
+    expected = nva.attention(q.detach().bfloat16(), k.detach().bfloat16(), v.detach().bfloat16())
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.float32

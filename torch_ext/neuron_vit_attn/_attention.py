@@ -36,6 +36,7 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     - ``scale``: defaults to 1/sqrt(D).
     - ``enable_gqa``: allow Hkv < Hq with Hq % Hkv == 0 (query head h uses kv head h // (Hq/Hkv)).
     - ``dropout_p`` > 0: no kernel exists; falls back to the eager reference with a one-time warning.
+    - under ``torch.autocast``, q/k/v are cast to the autocast dtype first, as SDPA does.
 
     Bad input raises ``TypeError``/``ValueError`` before any work. The backend is chosen by
     ``NEURON_VIT_ATTN_BACKEND`` (auto | sim | reference; see ``_backend.py``). Autograd works; the
@@ -43,6 +44,7 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """
     check_attention_inputs(query, key, value, attn_mask, dropout_p=dropout_p, scale=scale, is_causal=is_causal,
                            enable_gqa=enable_gqa)
+    query, key, value = _autocast(query, key, value)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     if dropout_p > 0.0:
@@ -52,6 +54,16 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     mask = normalize_mask(attn_mask, query, key)
     out, _ = ops.attention_fwd(query, key, value, mask, float(scale), is_causal)
     return out
+
+
+def _autocast(query, key, value):
+    """Under ``torch.autocast`` SDPA runs in the autocast dtype (float64 excepted): so does this op.
+    (The meta device has no autocast state.)"""
+    device_type = query.device.type
+    if device_type == "meta" or query.dtype == torch.float64 or not torch.is_autocast_enabled(device_type):
+        return query, key, value
+    dtype = torch.get_autocast_dtype(device_type)
+    return query.to(dtype), key.to(dtype), value.to(dtype)
 
 
 def _merge_position_bias(position_bias, attention_mask, dtype):

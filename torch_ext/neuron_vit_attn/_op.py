@@ -44,7 +44,9 @@ def _fresh_outputs(query, value, out, lse):
 
 
 def _reference(query, key, value, mask, scale, is_causal):
-    out, lse = attention_with_lse(query, key, value, mask, scale, is_causal)
+    # Autocast stays enabled below the op's dispatch: without this the fp32 math would run in bf16.
+    with torch._C._DisableAutocast():
+        out, lse = attention_with_lse(query, key, value, mask, scale, is_causal)
     return _fresh_outputs(query, value, out, lse)
 
 
@@ -121,7 +123,7 @@ def _backward(ctx, grad_out, grad_lse):
     """Recompute through the eager reference and differentiate it (see the module docstring)."""
     saved = ctx.saved_tensors
     needs = ctx.needs_input_grad[:4]
-    with torch.enable_grad():
+    with torch.enable_grad(), torch._C._DisableAutocast():
         leaves = [None if t is None else t.detach().requires_grad_(need) for t, need in zip(saved, needs)]
         out, lse = attention_with_lse(*leaves, ctx.scale, ctx.is_causal)
         outputs, grads = [out], [grad_out]
