@@ -28,9 +28,11 @@ class Operand:
     region: tuple         # (storage id, p0, p1, free byte lo, free byte hi) for dependencies
     write: bool           # True for destinations
     # For the cost model (nkisim.cost): the box in storage coordinates ((lo, hi) per allocation dim,
-    # None when the view is not a box) and the bytes of the innermost contiguous run (DMA efficiency).
+    # None when the view is not a box), the bytes of the innermost contiguous run (DMA efficiency)
+    # and the allocation's bytes per partition (on-chip capacity; 0 for HBM).
     box: tuple | None = None
     contiguous_bytes: int = 0
+    storage_bytes: int = 0
 
     @classmethod
     def of(cls, role: str, tensor, write: bool = False) -> "Operand":
@@ -39,7 +41,8 @@ class Operand:
                    partitions=tensor.partitions, free_elems=tensor.free_size,
                    nbytes=tensor.size * tensor.itemsize, inner_stride=abs(pattern[-1][0]),
                    region=tensor.region(), write=write, box=storage_box(tensor),
-                   contiguous_bytes=(pattern[-1][1] if abs(pattern[-1][0]) == 1 else 1) * tensor.itemsize)
+                   contiguous_bytes=(pattern[-1][1] if abs(pattern[-1][0]) == 1 else 1) * tensor.itemsize,
+                   storage_bytes=tensor.storage.bytes_per_partition if tensor.on_chip else 0)
 
 
 @dataclass

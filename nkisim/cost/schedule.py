@@ -14,7 +14,9 @@ different physical cores):
    holds the whole array. DMA transfers go to one of three in-order issue queues (loads
    HBM->SBUF, stores SBUF->HBM, other copies; MODEL: the issue order of a queue is program order,
    transfers in flight overlap) and share the 16 DMA engines (``dma.EnginePool``).
-3. Overheads (nki-reference.md 4.3b): a compute instruction that had to wait for a dependency
+3. Capacity: an SBUF/PSUM allocation needs room before its first use (``memory``), so engines
+   cannot run further ahead than the usable SBUF and PSUM allow.
+4. Overheads (nki-reference.md 4.3b): a compute instruction that had to wait for a dependency
    (its engine was idle) or that reads what the previous instruction on its engine just wrote
    pays the ~100-cycle static overhead once; TensorE pays it only when it stalled.
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from . import constants as C
 from . import dma as dma_mod
 from . import engines as eng
+from .memory import OnChipMemory
 from .regions import covers, overlap
 
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
@@ -44,7 +47,7 @@ class Slot:
     start: float
     end: float
     pred: int | None          # index in the schedule of what bound the start (None: kernel start)
-    waited_on: str            # "dependency", "engine", "queue", "dma engines", "start"
+    waited_on: str            # "dependency", "memory", "engine", "queue", "dma engines", "start"
 
 
 @dataclass
@@ -104,14 +107,17 @@ def schedule_program(instructions, target) -> ProgramSchedule:
     queue_last: dict = {}                       # queue -> (issue time, slot)
     busy = {e: 0.0 for e in COMPUTE_ENGINES}
     tensor_intervals = []
+    memory = OnChipMemory(instructions, target.name)
 
     for instr in instructions:
         index = len(sched.slots)
-        deps_ready, dep_slot, same_engine_raw = 0.0, None, False
+        deps_ready, dep_slot = memory.allocate(index)       # room for allocations first used here
+        memory_bound = dep_slot is not None
+        same_engine_raw = False
         for operand in instr.operands:
             t, who = accesses.ready(operand, ends)
             if t > deps_ready:
-                deps_ready, dep_slot = t, who
+                deps_ready, dep_slot, memory_bound = t, who, False
             if not operand.write and who is not None and who == engine_last.get(instr.engine):
                 same_engine_raw = True
         engine = instr.engine
@@ -163,11 +169,14 @@ def schedule_program(instructions, target) -> ProgramSchedule:
                 sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
         if pred is None and start <= EPS and waited != "dma engines":
             waited = "start"
+        elif waited == "dependency" and memory_bound:
+            waited = "memory"
         sched.slots.append(Slot(instr, start, end, pred, waited))
         ends.append(end)
         engine_last[engine] = index
         for operand in instr.operands:
             accesses.add(operand, index)
+        memory.release(index, end)
 
     busy["tensor"] = _union_length(tensor_intervals)
     busy["dma"] = max(pool.busy)

@@ -184,3 +184,25 @@ def test_pe_tiling_from_a_real_trace():
     first, second = slots_named(slots, "nc_matmul")
     assert first.instr.attrs.get("tile_size") == (64, 64)
     assert second.start < first.end                                # disjoint quadrants overlap in time
+
+
+@nki.jit
+def stream_large_tiles(x):
+    n, free = x.shape[0] // 128, x.shape[1]
+    sums = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.sbuf)
+    for i in range(n):
+        tile = nl.ndarray((128, free), dtype=x.dtype, buffer=nl.sbuf)      # a fresh 48 KiB per partition
+        nisa.dma_copy(dst=tile, src=x[i * 128:(i + 1) * 128, :])
+        nisa.tensor_reduce(dst=sums[:, i:i + 1], op=nl.add, data=tile, axis=1, keepdims=True)
+    out = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=sums)
+    return out
+
+
+def test_loads_cannot_run_further_ahead_than_sbuf_allows():
+    slots = run(stream_large_tiles, np.zeros((128 * 6, 24576), BF16))
+    loads, reduces = slots_named(slots, "dma_copy")[:6], slots_named(slots, "tensor_reduce")
+    # 212984 B usable per partition on trn2: four 48 KiB tiles (plus the sums) fit, the fifth load
+    # must wait until the first tile's reduce has finished and released it.
+    assert all(load.start == 0.0 for load in loads[:4])
+    assert loads[4].start >= reduces[0].end
