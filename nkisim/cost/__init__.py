@@ -8,7 +8,8 @@
 
 How: per-instruction engine cycles from the published formulas (``engines``), DMA transfers as a
 fixed latency plus bytes over the engines they span (``dma``), then a list schedule with every
-engine in program order and read/write dependencies through memory (``schedule``); the estimate
+engine in program order, read/write dependencies through memory and SBUF/PSUM capacity over time
+(``schedule``, ``memory``); the estimate
 is the schedule's makespan, with engine busy times, MFU, roofline and critical path (``profile``).
 Every constant and its source is in ``constants``. Results are estimates, not measurements; the
 calibration tests in tests/cost state how far they land from the public measured points.
@@ -18,9 +19,8 @@ Known limits of the model:
   instruction-fetch or semaphore-bookkeeping stalls beyond the documented ~100-cycle overhead;
 * every engine keeps the kernel's program order (no compiler reordering), so independent work
   written after a dependent chain waits behind it, as the instruction streams do;
-* each ``nl.ndarray`` is its own memory: reuse of SBUF/PSUM addresses by the compiler adds no
-  write-after-read waits, so loads into freshly allocated tiles may run arbitrarily far ahead
-  (kernels that reuse one tile explicitly do get those waits);
+* memory reuse is modelled by capacity only (``memory``): an allocation waits for room in SBUF or
+  PSUM, not for a particular earlier buffer (no bank/address conflicts, no fragmentation);
 * DMA issue order is program order within three queues (loads, stores, other copies);
   indirect (gather/scatter) DMAs are priced like dense ones with the row size as chunk.
 """
