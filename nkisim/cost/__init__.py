@@ -9,8 +9,8 @@
 How: per-instruction engine cycles from the published formulas (``engines``), DMA transfers as a
 fixed latency plus bytes over the engines they span (``dma``), then a list schedule with every
 engine in program order, read/write dependencies through memory and SBUF/PSUM capacity over time
-(``schedule``, ``memory``); the estimate
-is the schedule's makespan, with engine busy times, MFU, roofline and critical path (``profile``).
+(``schedule``, ``memory``); the estimate is the schedule's makespan, with engine busy times,
+MFU, roofline and critical path (``profile``).
 Every constant and its source is in ``constants``. Results are estimates, not measurements; the
 calibration tests in tests/cost state how far they land from the public measured points.
 
