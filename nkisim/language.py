@@ -119,7 +119,8 @@ def ndarray(shape, dtype, buffer=SBUF, name="", address=None):
     buffer = _buffer(buffer)
     dtype = _dt.normalize(dtype)
     if buffer in ON_CHIP:
-        if len(shape) < 2:
+        if len(shape) < 2 and shape != (1,):
+            # A (1,) on-chip tensor is allowed: the register_load/register_store examples use one.
             raise ShapeError(f"ndarray: on-chip tensors are at least 2-D [partition, free...], got shape {shape}")
         if shape[0] > tile_size.pmax:
             raise ShapeError(f"ndarray: partition dim {shape[0]} exceeds {tile_size.pmax} (nl.tile_size.pmax) "

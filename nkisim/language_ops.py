@@ -31,7 +31,7 @@ from .tensor import PSUM, SBUF, SHARED_HBM, NkiTensor
 __all__ = ["load", "store", "matmul", "transpose", "sum", "max", "min", "prod", "mean", "var", "all", "softmax",
            "rms_norm", "where", "broadcast_to", "expand_dims", "shared_identity_matrix", "shared_constant",
            "load_transpose2d", "negative", "logical_not", "divide", "cos", "tan", "ceil", "floor", "trunc", "fmod",
-           "mod"]
+           "mod", "rand", "random_seed", "dropout"]
 
 _ONES_MATMUL_FMAX = 512
 
@@ -137,8 +137,7 @@ def apply_op(op, x, y=None, dtype=None):
         raise KernelError(f"nl.{op.name} needs two operands")
     if isinstance(x, NkiTensor) and isinstance(y, NkiTensor):
         if x.shape != y.shape:
-            raise ShapeError(f"nl.{op.name}: shapes {x.shape} and {y.shape} differ; nki.language binary ops do not "
-                             f"broadcast (use nl.broadcast_to or nisa.tensor_scalar with a [P, 1] operand)")
+            x, y = _broadcast_free(op, x, y)
         out = _new(x.shape, dtype or _promote(x.dtype, y.dtype))
         _isa.tensor_tensor(dst=out, data1=x, data2=y, op=op)
     elif isinstance(x, NkiTensor):
@@ -148,6 +147,21 @@ def apply_op(op, x, y=None, dtype=None):
         out = _new(y.shape, dtype or y.dtype)
         _isa.tensor_scalar(dst=out, data=y, op0=op, operand0=float(x), reverse0=True)
     return out
+
+
+def _broadcast_free(op, x, y):
+    """Size-1 free dims broadcast (stride-0 views), as the API examples do with a [P, 1] operand;
+    partition counts and ranks must match (no cross-partition broadcast)."""
+    if x.ndim != y.ndim or x.shape[0] != y.shape[0] or any(
+            a != b and 1 not in (a, b) for a, b in zip(x.shape[1:], y.shape[1:])):
+        raise ShapeError(f"nl.{op.name}: shapes {x.shape} and {y.shape} do not broadcast; only size-1 free dims "
+                         f"broadcast (same rank and partition count; use nl.broadcast_to for the partition dim)")
+    for dim in range(1, x.ndim):
+        if x.shape[dim] == 1 and y.shape[dim] != 1:
+            x = x.broadcast(dim, y.shape[dim])
+        elif y.shape[dim] == 1 and x.shape[dim] != 1:
+            y = y.broadcast(dim, x.shape[dim])
+    return x, y
 
 
 def negative(x, dtype=None):
@@ -224,6 +238,29 @@ def fmod(x, y, dtype=None):
 
 def mod(x, y, dtype=None):
     return _simulated("mod", np.mod, x, y, dtype)
+
+
+def random_seed(seed):
+    """Seed ``nl.rand``/``nl.dropout`` from a [1, 1] 32-bit tensor (``nisa.set_rng_seed``)."""
+    _isa.set_rng_seed(seed)
+
+
+def rand(shape, dtype, buffer=SBUF, name=""):
+    """Uniform [0, 1) values (``nisa.rand2``); NumPy's PRNG, not the hardware's."""
+    out = _new(shape, dtype, buffer=buffer, name=name)
+    _isa.rand2(dst=out, min=0.0, max=1.0)
+    return out
+
+
+def dropout(x, rate, dtype=None):
+    """Zero elements with probability ``rate`` (``nisa.dropout``; kept values are not rescaled)."""
+    out = _new(x.shape, x.dtype)
+    _isa.dropout(dst=out, data=x, prob=rate)
+    if dtype is not None and _dt.normalize(dtype) != x.dtype:
+        cast = _new(x.shape, dtype)
+        _isa.tensor_copy(dst=cast, src=out)
+        return cast
+    return out
 
 
 def where(condition, x, y, dtype=None):

@@ -164,8 +164,11 @@ class NkiTensor(ViewMethods):
         return np.broadcast_to(idx, self.shape)
 
     def indirect_rows(self) -> np.ndarray:
+        """Row index per dim-0 entry: the index tensor read column-major (``indices.T.flatten()``,
+        as the dma_transpose docs state for [128, N] indices; the same as row order for [P, 1])."""
         index, _ = self.indirect
-        return np.asarray(index.numpy()).reshape(-1)[:self.shape[0]].astype(np.int64)
+        values = np.asarray(index.numpy()).reshape(index.shape[0], -1)
+        return values.T.reshape(-1)[:self.shape[0]].astype(np.int64)
 
     def numpy(self) -> np.ndarray:
         """A writable NumPy view onto the storage (storage dtype; bf16/fp8 via ml_dtypes). For an

@@ -243,11 +243,12 @@ class ViewMethods:
             raise AccessPatternError(f"tensor {self.name}: vector_offset indexes dim 0 of an HBM tensor (the "
                                      f"indexed tensor must be in HBM, indirect_dim=0); got {self.buffer}, "
                                      f"indirect_dim={indirect_dim}")
-        if not _is_tensor(vector_offset) or vector_offset.free_size != 1 or not dt.is_int(vector_offset.dtype):
-            raise AccessPatternError(f"tensor {self.name}: vector_offset must be an SBUF integer tensor [P, 1]")
-        if vector_offset.shape[0] != pattern[0][1]:
-            raise AccessPatternError(f"tensor {self.name}: vector_offset has {vector_offset.shape[0]} indices, the "
-                                     f"pattern's first dim has {pattern[0][1]}")
+        if not _is_tensor(vector_offset) or not dt.is_int(vector_offset.dtype):
+            raise AccessPatternError(f"tensor {self.name}: vector_offset must be an SBUF integer tensor [P, 1] "
+                                     f"(or [128, N] for dma_transpose gathers)")
+        if vector_offset.size < pattern[0][1]:
+            raise AccessPatternError(f"tensor {self.name}: vector_offset has {vector_offset.size} indices, the "
+                                     f"pattern's first dim needs {pattern[0][1]}")
         row_stride = math.prod(storage.shape[1:])
         return type(self)(storage, [n for _, n in pattern], [row_stride] + [s for s, _ in pattern[1:]], start,
                           indirect=(vector_offset, row_stride))

@@ -10,6 +10,7 @@
 | ``gpsimd`` | iota, affine_select |
 | ``dma`` | dma_copy, dma_transpose (trn2+) |
 | ``lnc`` | core_barrier, sendrecv (LNC=2 launches run as two threads) |
+| ``random`` | rng, rand2, dropout, set_rng_seed (NumPy PRNG, not the hardware's) |
 | ``registers`` | VirtualRegister, register_alloc/move/load/store (and nl.fori_loop / nl.while_loop) |
 
 Every instruction validates its operands against the hardware rules of nki-reference.md
@@ -25,6 +26,7 @@ from .dma import dma_copy, dma_transpose
 from .enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from .gpsimd import affine_select, iota
 from .lnc import core_barrier, sendrecv
+from .random import dropout, rand2, rng, set_rng_seed
 from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store
 from .scalar_engine import activate2, activation, activation_reduce
 from .tensor_engine import nc_matmul, nc_transpose
@@ -52,8 +54,7 @@ def _not_simulated(api: str, why: str):
 # random-number instructions, gathers and top-k helpers.
 _MISSING = {
     "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats", "dma_compute": "DMA read-modify-write",
-    "dropout": "random numbers", "rng": "random numbers", "rand2": "random numbers",
-    "rand_set_state": "random numbers", "rand_get_state": "random numbers", "set_rng_seed": "random numbers",
+    "rand_set_state": "PRNG state", "rand_get_state": "PRNG state",
     "local_gather": "gathers", "nc_n_gather": "gathers", "sequence_bounds": "segment helpers",
     "nonzero_with_count": "gathers", "topk": "top-k helpers", "nc_find_index8": "top-k helpers",
     "nc_match_replace8": "top-k helpers",
@@ -74,4 +75,5 @@ __all__ = [
     "tensor_scalar_cumulative", "tensor_tensor_scan", "VirtualRegister", "register_alloc", "register_load", "register_move",
     "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
     "get_nc_version", "NkiInstruction", "NkiValidationError", "core_barrier", "sendrecv",
+    "dropout", "rand2", "rng", "set_rng_seed",
 ]

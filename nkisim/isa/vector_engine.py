@@ -17,9 +17,14 @@ from ..tensor import PSUM, SBUF, NkiTensor
 from . import _checks as chk
 
 
+TRN3_ALU_OPS = ("abs_max", "abs_min")
+
+
 def _op(instr: str, role: str, op) -> ops_mod.Op:
     if not isinstance(op, ops_mod.Op):
         raise ShapeError(f"{instr}: '{role}' must be an NKI operator such as nl.add, got {op!r}")
+    if op.name in TRN3_ALU_OPS:
+        chk.target_at_least(instr, f"operator nl.{op.name}", runtime.begin(instr).target, 4)
     return op
 
 

@@ -86,3 +86,50 @@ def test_activate2_is_trn3_only(monkeypatch):
 def test_not_simulated_apis_say_so():
     with pytest.raises(NotSimulatedError, match="nisa.topk is part of NKI 0.6 but not simulated"):
         nisa.topk(None, None, None, 8)
+
+
+def test_random_instructions_are_seeded_and_in_range():
+    a = _x((16, 64))
+
+    def body(t):
+        seed = nl.ndarray((1, 1), nl.int32)
+        nisa.memset(dst=seed, value=7)
+        nisa.set_rng_seed(seed)
+        bits = nl.ndarray((16, 64), nl.uint16)
+        nisa.rng(dst=bits)
+        u = nl.ndarray((16, 64), nl.float32)
+        nisa.rand2(dst=u, min=-1.0, max=1.0)
+        d = nl.ndarray(t.shape, nl.float32)
+        nisa.dropout(dst=d, data=t, prob=0.5)
+        return u, d
+
+    u1, d1 = run_tile(body, a, out_shapes=[(16, 64)] * 2)
+    u2, d2 = run_tile(body, a, out_shapes=[(16, 64)] * 2)
+    np.testing.assert_array_equal(u1, u2)                      # same seed, same values
+    assert u1.min() >= -1.0 and u1.max() < 1.0 and u1.std() > 0.3
+    kept = d1 != 0
+    np.testing.assert_array_equal(d1[kept], a[kept])            # kept values are not rescaled
+    assert 0.3 < kept.mean() < 0.7
+
+
+def test_dma_transpose_gather_with_2d_indices():
+    """The dma_transpose docstring's indirect example: flat = indices.T.flatten(); dst = src[flat].T."""
+    import ml_dtypes
+    from conftest import nki
+    src = RNG.standard_normal((256, 128)).astype(ml_dtypes.bfloat16)
+    idx = RNG.integers(0, 256, (128, 2)).astype(np.uint32)
+
+    @nki.jit
+    def gather_transpose_2d_kernel(src_hbm, idx_hbm):
+        P, F = 128, 256
+        output = nl.ndarray((P, F), dtype=src_hbm.dtype, buffer=nl.shared_hbm)
+        idx_sb = nl.load(idx_hbm)
+        dst_sb = nl.ndarray((P, F), dtype=src_hbm.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=dst_sb, value=0)
+        src_ap = src_hbm.ap(pattern=[[P, F], [1, P]], vector_offset=idx_sb, indirect_dim=0)
+        nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0))
+        nisa.dma_copy(dst=output, src=dst_sb)
+        return output
+
+    out = gather_transpose_2d_kernel(src, idx)
+    np.testing.assert_array_equal(out.view(np.uint16), src[idx.T.flatten()].T.view(np.uint16))

@@ -116,13 +116,14 @@ def test_where_broadcast_expand_identity():
     np.testing.assert_array_equal(out[3], np.eye(128, 32))
 
 
-def test_binary_ops_do_not_broadcast():
+def test_binary_ops_broadcast_free_dims_only():
     def kernel():
-        a = nl.zeros((128, 4), nl.float32)
-        b = nl.zeros((128, 1), nl.float32)
-        nl.add(a, b)
+        a = nl.full((128, 4), 2.0, nl.float32)
+        b = nl.full((128, 1), 3.0, nl.float32)
+        assert nl.equal(nl.multiply(a, b), nl.full((128, 4), 6.0, nl.float32))   # [P, 1] operand (API examples)
+        nl.add(a, nl.zeros((1, 4), nl.float32))
 
-    with pytest.raises(ValueError, match="do not broadcast"):
+    with pytest.raises(ValueError, match="do not broadcast; only size-1 free dims"):
         nki.simulate(kernel)()
 
 
