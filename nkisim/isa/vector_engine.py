@@ -46,6 +46,9 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     instr = "tensor_tensor"
     run = runtime.begin(instr)
     op = _op(instr, "op", op)
+    if op.binary is None:
+        raise ShapeError(f"{instr}: op={op!r} is unary; tensor_tensor needs a binary ALU operator (nl.add, "
+                         f"nl.multiply, ...); unary ops run through tensor_scalar or activation")
     operands = [("dst", dst), ("data1", data1), ("data2", data2)]
     chk.on_chip_operands(instr, operands)
     chk.same_partitions(instr, operands)
