@@ -14,6 +14,13 @@ so the same kernel source runs on Trainium and here::
     print(t.estimate("trn2").summary())          # cost-model estimate
 
 Target: ``NEURON_PLATFORM_TARGET_OVERRIDE`` = trn1 | trn2 | trn3 (default trn2).
+
+Also aliased: ``nki.typing`` (annotations) and ``nki.collectives`` (importable, not simulated).
+Layout: ``tensor.py``/``tensor_views.py`` (NkiTensor and its views), ``runtime.py`` (launch state,
+liveness, SBUF/PSUM capacity, LNC group), ``jit.py`` (launches; LNC=2 as two threads),
+``language*.py`` (nki.language), ``isa/`` (one module per engine), ``trace.py``, ``cost/``.
+Not simulated: MX matmul/quantize, topk and gather helpers, PRNG state save/restore, tensor
+indirection (``.indirect()``) on compute engines; the APIs exist and raise ``NotSimulatedError``.
 """
 
 from __future__ import annotations
