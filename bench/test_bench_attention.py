@@ -3,8 +3,8 @@
 Per case: CPU wall time of the eager reference (torch SDPA), CPU wall time of the nkisim run of
 kernels/attention.py (one round: it is an interpreter), and the cost-model ESTIMATE of that trace
 on trn1/trn2/trn3 in extra_info and bench/out/. On a host with a Neuron device the device cases
-time the real kernel through the torch op, and the eager SDPA reference on the device; elsewhere
-they are skipped with the reason (skipped, not passed).
+time the real kernel through the torch op and the eager and torch.compile SDPA references on the
+device; elsewhere they are skipped with the reason (skipped, not passed).
 """
 
 from __future__ import annotations
@@ -111,6 +111,23 @@ def test_device_eager_reference(benchmark, shape, batch):
 
     def run():
         out = sdpa_bshd(q, k, v, scale)
+        _synchronize()
+        return out
+
+    benchmark.group = f"attention {shape.label(batch)}"
+    benchmark(run)
+
+
+@pytest.mark.skipif(not neuron_device_available(), reason=NO_DEVICE)
+@pytest.mark.parametrize("shape, batch", CASES)
+def test_device_compiled_reference(benchmark, shape, batch):
+    q, k, v = (x.to("neuron") for x in bshd_inputs(shape, batch))
+    scale = shape.head_dim ** -0.5
+    compiled = torch.compile(sdpa_bshd)
+    compiled(q, k, v, scale)          # compile outside the timed region
+
+    def run():
+        out = compiled(q, k, v, scale)
         _synchronize()
         return out
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from ..dtypes import itemsize
 from . import constants as C
 
 SIXTEEN_BIT_FLOATS = ("bfloat16", "float16")
@@ -56,7 +57,6 @@ def _unit_stride(ops) -> bool:
 
 
 def _strided(instr) -> bool:
-    from ..dtypes import itemsize
     return any(o.inner_stride * itemsize(o.dtype) > C.STRIDED_ACCESS_BYTES for o in instr.operands
                if o.buffer in (SBUF, PSUM))
 
@@ -122,7 +122,7 @@ def compute_cycles(instr, target) -> tuple[float, bool]:
     floor = C.MIN_II
     if name == "tensor_tensor":
         mixed = {o.buffer for o in ins} == {SBUF, PSUM}
-        cheap_bf16 = (all(o.buffer == SBUF for o in instr.operands) and all(o.dtype == "bfloat16" for o in instr.operands)
+        cheap_bf16 = (all(o.buffer == SBUF and o.dtype == "bfloat16" for o in instr.operands)
                       and a.get("op") in ("add", "multiply", "subtract") and _unit_stride(instr.operands))
         n_part = n if (mixed or cheap_bf16) else 2 * n
         if target.nc_version >= 3 and all(o.buffer == SBUF for o in ins) and _all_16bit(instr.operands):

@@ -97,7 +97,8 @@ class Profile:
         lines = [
             f"cost-model ESTIMATE on {self.target} ({self.cores} core{'s' if self.cores > 1 else ''}, "
             f"{self.instructions} instructions): {self.time_us:.2f} us",
-            f"  roofline {self.roofline_us:.2f} us ({self.roofline.bound}-bound: compute {self.roofline.compute_us:.2f} us, "
+            f"  roofline {self.roofline_us:.2f} us ({self.roofline.bound}-bound: "
+            f"compute {self.roofline.compute_us:.2f} us, "
             f"HBM {self.roofline.memory_us:.2f} us); estimate / roofline = {self.roofline_ratio:.2f}",
             f"  TensorE {self.flops / 1e9:.3f} GFLOP ({self.matmul_dtype}), MFU {self.mfu:.1%}; "
             f"HBM traffic {self.hbm_bytes / 2**20:.2f} MiB",

@@ -143,7 +143,8 @@ def schedule_program(instructions, target) -> ProgramSchedule:
                 start, pred, waited = deps_ready, dep_slot, "dependency"
                 cycles += C.STATIC_OVERHEAD_CYCLES
             else:
-                start, pred, waited = free, block_slot if block_free >= pe_last_start else engine_last.get(engine), "engine"
+                pred = block_slot if block_free >= pe_last_start else engine_last.get(engine)
+                start, waited = free, "engine"
             end = start + cycles / target.clock_ghz(engine)
             for b in blocks:
                 pe_free[b] = (end, index)

@@ -66,7 +66,8 @@ def test_roofline_helper_for_attention_on_trn2():
     bound = roofline(flops, qkvo_bytes, "trn2", "bfloat16")
     assert bound.compute_us == pytest.approx(flops / 78.6432e12 * 1e6)
     assert bound.memory_us == pytest.approx(qkvo_bytes / 362.5e9 * 1e6)
-    assert bound.time_us == max(bound.compute_us, bound.memory_us) and bound.bound == "memory"   # S=197: 12 us of math vs 27 us of q, k, v, o
+    # S=197: 12 us of math vs 27 us of q, k, v, o: memory-bound.
+    assert bound.time_us == max(bound.compute_us, bound.memory_us) and bound.bound == "memory"
 
 
 def test_unknown_instructions_are_priced_and_reported():

@@ -168,7 +168,8 @@ def two_tiled_matmuls(a, b):
     nisa.dma_copy(dst=b_sb, src=b)
     left = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
     right = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=left, stationary=a_sb[0:64, 0:64], moving=b_sb[0:64, :], tile_position=(0, 0), tile_size=(64, 64))
+    nisa.nc_matmul(dst=left, stationary=a_sb[0:64, 0:64], moving=b_sb[0:64, :], tile_position=(0, 0),
+                   tile_size=(64, 64))
     nisa.nc_matmul(dst=right, stationary=a_sb[64:128, 64:128], moving=b_sb[64:128, :], tile_position=(64, 64),
                    tile_size=(64, 64))
     out = nl.ndarray((64, 1024), dtype=nl.float32, buffer=nl.sbuf)
