@@ -71,9 +71,9 @@ class Storage:
 class NkiTensor(ViewMethods):
     """A view of a :class:`Storage`; see the module docstring for the indexing rules."""
 
-    __slots__ = ("storage", "shape", "strides", "offset", "dtype", "indirect")
+    __slots__ = ("storage", "shape", "strides", "offset", "dtype", "gather")
 
-    def __init__(self, storage: Storage, shape=None, strides=None, offset: int = 0, dtype=None, indirect=None):
+    def __init__(self, storage: Storage, shape=None, strides=None, offset: int = 0, dtype=None, gather=None):
         self.storage = storage
         self.shape = tuple(int(s) for s in (storage.shape if shape is None else shape))
         self.strides = tuple(int(s) for s in (_contiguous_strides(self.shape) if strides is None else strides))
@@ -81,8 +81,8 @@ class NkiTensor(ViewMethods):
         self.dtype = storage.dtype if dtype is None else dt.normalize(dtype)
         # Vector-offset (gather/scatter) view: (index tensor [P, 1], row stride). Dim 0 element p
         # starts at offset + index[p] * row_stride; resolved when a DMA reads or writes the view.
-        self.indirect = indirect
-        if indirect is None:
+        self.gather = gather
+        if gather is None:
             self._check_bounds()
 
     # ---- attributes ------------------------------------------------------------------
@@ -153,7 +153,7 @@ class NkiTensor(ViewMethods):
 
     def flat_indices(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Storage element index of every element of an indirect view (``rows`` = index per dim-0 entry)."""
-        index, row_stride = self.indirect
+        index, row_stride = self.gather
         if rows is None:
             rows = self.indirect_rows()
         idx = self.offset + rows.reshape((-1,) + (1,) * (self.ndim - 1)) * row_stride
@@ -166,7 +166,7 @@ class NkiTensor(ViewMethods):
     def indirect_rows(self) -> np.ndarray:
         """Row index per dim-0 entry: the index tensor read column-major (``indices.T.flatten()``,
         as the dma_transpose docs state for [128, N] indices; the same as row order for [P, 1])."""
-        index, _ = self.indirect
+        index, _ = self.gather
         values = np.asarray(index.numpy()).reshape(index.shape[0], -1)
         return values.T.reshape(-1)[:self.shape[0]].astype(np.int64)
 
@@ -174,7 +174,7 @@ class NkiTensor(ViewMethods):
         """A writable NumPy view onto the storage (storage dtype; bf16/fp8 via ml_dtypes). For an
         indirect (gather) view: a copy of the gathered elements."""
         flat = self.storage.data
-        if self.indirect is not None:
+        if self.gather is not None:
             return flat[self.flat_indices()]
         if self.size == 0:
             return np.empty(self.shape, dtype=flat.dtype)
@@ -201,7 +201,7 @@ class NkiTensor(ViewMethods):
     def assign(self, raw: np.ndarray, row_mask: np.ndarray | None = None) -> None:
         """Store values already in the storage dtype (bit-exact); scatters through an indirect view,
         skipping dim-0 rows where ``row_mask`` is False."""
-        if self.indirect is None:
+        if self.gather is None:
             if row_mask is None:
                 self.numpy()[...] = raw
             else:
@@ -217,7 +217,7 @@ class NkiTensor(ViewMethods):
         """(storage id, first partition, last partition + 1, lowest free byte, highest free byte + 1)."""
         if self.size == 0:
             return (self.storage.id, 0, 0, 0, 0)
-        if self.indirect is not None:        # any row may be touched
+        if self.gather is not None:        # any row may be touched
             return (self.storage.id, 0, 1, 0, self.storage.data.size * dt.itemsize(self.storage.dtype))
         lo = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st < 0)
         hi = self.offset + sum(st * (n - 1) for st, n in zip(self.strides, self.shape) if st > 0)
@@ -253,6 +253,6 @@ class NkiTensor(ViewMethods):
 
     # ---- views ------------------------------------------------------------------------
     def _view(self, shape, strides, offset, dtype=None) -> "NkiTensor":
-        if self.indirect is not None:
+        if self.gather is not None:
             raise AccessPatternError(f"tensor {self.name}: views of an indirect (vector_offset) view are not allowed")
         return NkiTensor(self.storage, shape, strides, offset, self.dtype if dtype is None else dtype)

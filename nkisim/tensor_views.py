@@ -36,7 +36,7 @@ class ViewMethods:
     __slots__ = ()
 
     def __getitem__(self, key) -> "NkiTensor":
-        if self.indirect is not None:
+        if self.gather is not None:
             raise AccessPatternError(f"tensor {self.name}: an indirect (vector_offset) view cannot be indexed further")
         if not isinstance(key, tuple):
             key = (key,)
@@ -251,7 +251,13 @@ class ViewMethods:
                                      f"pattern's first dim needs {pattern[0][1]}")
         row_stride = math.prod(storage.shape[1:])
         return type(self)(storage, [n for _, n in pattern], [row_stride] + [s for s, _ in pattern[1:]], start,
-                          indirect=(vector_offset, row_stride))
+                          gather=(vector_offset, row_stride))
+
+    def indirect(self, index, num_elem=None) -> "NkiTensor":
+        """Tensor indirection on compute engines (trn3): not simulated by nkisim."""
+        from .errors import NotSimulatedError
+        raise NotSimulatedError(f"tensor {self.name}: .indirect() (trn3 tensor indirection on compute engines) is "
+                                f"not simulated by nkisim; DMA gathers with .ap(vector_offset=...) are")
 
     def vector_select(self, dim: int, vector_offset) -> "NkiTensor":
         """Per-partition gather view of an HBM tensor: row ``vector_offset[p]`` of dim 0 for entry p."""
@@ -267,7 +273,7 @@ class ViewMethods:
     def is_indirect(self) -> bool:
         """True for vector-offset (gather/scatter) views; scalar dynamic offsets are resolved eagerly
         by nkisim, so those views are plain strided views here."""
-        return self.indirect is not None
+        return self.gather is not None
 
     def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> "NkiTensor":
         """einops-style view: split grouped source dims, permute, merge grouped destination dims."""

@@ -51,7 +51,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode_enum.error, dge_mode=dge
     if dst.size != src.size:
         raise ShapeError(f"{instr}: dst has {dst.size} elements {dst.shape}, src has {src.size} {src.shape}; "
                          f"element counts must match")
-    if dst.indirect is not None or src.indirect is not None:
+    if dst.gather is not None or src.gather is not None:
         if dge_mode == dge_mode_enum.hwdge:
             raise ShapeError(f"{instr}: vector_offset (gather/scatter) DMAs need software DGE; dge_mode=hwdge "
                              f"does not support indirect access")
@@ -72,7 +72,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode_enum.error, dge_mode=dge
 
 def _rows_in_bounds(instr, role, t, oob_mode):
     """Which dim-0 rows of an indirect view lie inside its storage; an error unless oob_mode=skip."""
-    if t.indirect is None:
+    if t.gather is None:
         return None
     rows = t.indirect_rows()
     idx = t.flat_indices(rows)
