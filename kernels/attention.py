@@ -114,11 +114,14 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
                 for hs in range(0, q_group, group_heads):
                     items.append({"tile": tile, "hs": hs, "heads": min(group_heads, q_group - hs),
                                   "last": hs + group_heads >= q_group})
-    # Software pipeline, three items deep: scores and row max of item i, exponentials of item
-    # i - 1, then P^T, PV and the output of item i - 2. Each engine runs its instructions in
-    # program order, so this order lets VectorE reduce item i while ScalarE exponentiates
-    # item i - 1 and TensorE multiplies item i - 2.
+    # Software pipeline, three items deep. Each engine runs its instructions in program order,
+    # so every step issues work whose inputs are ready: P^T of item i - 2 (its P exists), then
+    # scores and row max of item i, exponentials of item i - 1, and last PV and output of item
+    # i - 2 (which wait for the P^T evictions). TensorE: P^T(i-2), S(i), PV(i-2); ScalarE:
+    # evictions(i-2), exp(i-1); VectorE: max(i), normalisation(i-2).
     for step in range(len(items) + 2):
+        if 2 <= step:
+            _stage_transpose(items[step - 2], ctx)
         if step < len(items):
             _stage_scores(items[step], ctx)
         if 1 <= step <= len(items):
@@ -346,12 +349,19 @@ def _stage_exp(item, ctx):
                          ctx["dtype"])
 
 
+def _stage_transpose(item, ctx):
+    """Pipeline stage 3a: P^T."""
+    if item["tile"]["n_keys"] > KV_BLOCK:
+        return
+    item["banks"] = _transpose_probs(item["probs"], item, ctx, item["tile"]["n_keys"])
+
+
 def _stage_output(item, ctx):
-    """Pipeline stage 3: P^T, [O | l] = P [V | 1], out = O / l, lse; the tile's store after its last group."""
+    """Pipeline stage 3b: [O | l] = P [V | 1], out = O / l, lse; the tile's store after its last group."""
     tile = item["tile"]
     if tile["n_keys"] > KV_BLOCK:
         return
-    o_psum = _pv(item["probs"], item, ctx, 0, tile["n_keys"])
+    o_psum = _pv(item["banks"], item, ctx, 0, tile["n_keys"])
     _normalize_and_lse(o_psum, item["neg_max"], item, ctx)
     if item["last"]:
         _store_tile(tile, ctx)
@@ -433,16 +443,15 @@ def _exp(scores, neg_max, mq, heads, nb, dtype):
     return probs
 
 
-def _pv(probs, item, ctx, kb0, nb):
-    """[O | l] = P [V | 1] for the group: [Q_TILE, heads, D + 1] fp32 PSUM. P^T comes from TensorE
-    transposes, 8 (16-bit) or 4 (fp32) per PSUM bank, each bank evicted by one ScalarE copy."""
-    tile, hs, heads = item["tile"], item["hs"], item["heads"]
-    mq, v_aug = tile["mq"], tile["kv"]["v_aug"]
-    dtype, D, rep = ctx["dtype"], ctx["D"], ctx["rep"]
+def _transpose_probs(probs, item, ctx, nb):
+    """P^T by TensorE transposes, 8 (16-bit) or 4 (fp32) 128-key chunks per PSUM bank, each bank
+    evicted to SBUF by one ScalarE copy. Returns [(pt_sb, [(head, chunk), ...])] per bank."""
+    tile, heads = item["tile"], item["heads"]
+    mq, dtype = tile["mq"], ctx["dtype"]
     n_chunks = math.ceil(nb / K_CHUNK)
     slots = [(g, c) for g in range(heads) for c in range(n_chunks)]
     per_bank = PSUM_BANK_BYTES // (Q_TILE * _itemsize(dtype))
-    o_psum = nl.ndarray((Q_TILE, heads, D + 1), dtype=nl.float32, buffer=nl.psum)
+    banks = []
     for s0 in range(0, len(slots), per_bank):
         bank_slots = slots[s0:s0 + per_bank]
         pt_psum = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.psum)
@@ -453,6 +462,17 @@ def _pv(probs, item, ctx, kb0, nb):
         n = len(bank_slots)
         pt_sb = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.sbuf)
         nisa.activation(dst=pt_sb[:, :n, :mq], op=nl.copy, data=pt_psum[:, :n, :mq])
+        banks.append((pt_sb, bank_slots))
+    return banks
+
+
+def _pv(banks, item, ctx, kb0, nb):
+    """[O | l] = P [V | 1] for the group: [Q_TILE, heads, D + 1] fp32 PSUM, accumulated over the
+    128-key chunks of the block."""
+    tile, hs, heads = item["tile"], item["hs"], item["heads"]
+    mq, v_aug, D, rep = tile["mq"], tile["kv"]["v_aug"], ctx["D"], ctx["rep"]
+    o_psum = nl.ndarray((Q_TILE, heads, D + 1), dtype=nl.float32, buffer=nl.psum)
+    for pt_sb, bank_slots in banks:
         for j, (g, c) in enumerate(bank_slots):
             kc = min(K_CHUNK, nb - c * K_CHUNK)
             nisa.nc_matmul(dst=o_psum[:mq, g], stationary=pt_sb[:kc, j, :mq],
@@ -487,7 +507,8 @@ def _attend_online(item, ctx):
         block_neg_max = _row_neg_max(scores, mq, heads, nb)
         if neg_max is None:
             neg_max = block_neg_max
-            o_psum = _pv(_exp(scores, neg_max, mq, heads, nb, dtype), item, ctx, kb0, nb)
+            probs = _exp(scores, neg_max, mq, heads, nb, dtype)
+            o_psum = _pv(_transpose_probs(probs, item, ctx, nb), item, ctx, kb0, nb)
             acc = nl.ndarray((Q_TILE, heads, D + 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_copy(dst=acc[:mq], src=o_psum[:mq])
             continue
@@ -499,7 +520,8 @@ def _attend_online(item, ctx):
         alpha = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=alpha[:mq], op=nl.exp, data=delta[:mq])
         neg_max = new_neg_max
-        o_psum = _pv(_exp(scores, neg_max, mq, heads, nb, dtype), item, ctx, kb0, nb)
+        probs = _exp(scores, neg_max, mq, heads, nb, dtype)
+        o_psum = _pv(_transpose_probs(probs, item, ctx, nb), item, ctx, kb0, nb)
         nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=alpha[:mq].expand_dim(2).broadcast(2, D + 1),
                            op=nl.multiply)
         nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=o_psum[:mq], op=nl.add)
