@@ -30,7 +30,7 @@ from .tensor import PSUM, SBUF, SHARED_HBM, NkiTensor
 __all__ = ["load", "store", "matmul", "transpose", "sum", "max", "min", "prod", "mean", "var", "all", "softmax",
            "rms_norm", "where", "broadcast_to", "expand_dims", "shared_identity_matrix", "shared_constant",
            "load_transpose2d", "negative", "logical_not", "divide", "cos", "tan", "ceil", "floor", "trunc", "fmod",
-           "mod", "rand", "random_seed", "dropout"]
+           "mod", "rand", "random_seed", "dropout", "gather_flattened"]
 
 from .language_reductions import all, max, mean, min, prod, rms_norm, softmax, sum, var  # noqa: E402,A004
 
@@ -239,6 +239,32 @@ def fmod(x, y, dtype=None):
 
 def mod(x, y, dtype=None):
     return _simulated("mod", np.mod, x, y, dtype)
+
+
+def gather_flattened(data, indices, axis=0, dtype=None):
+    """``out[p, j] = data[p, indices[p, j]]`` over each partition's flattened free dim (one GpSimd
+    pseudo-instruction "nl.gather_flattened"); out-of-range indices are an error."""
+    from . import runtime as rt
+    from .isa import _checks as chk
+    instr = "nl.gather_flattened"
+    run = rt.begin(instr)
+    chk.on_chip_operands(instr, [("data", data), ("indices", indices)])
+    chk.same_partitions(instr, [("data", data), ("indices", indices)])
+    if not _dt.is_int(indices.dtype):
+        raise ShapeError(f"{instr}: indices dtype {_dt.name(indices.dtype)} must be an integer type")
+    p = data.shape[0]
+    idx = np.asarray(indices.numpy()).reshape(p, -1).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= data.free_size):
+        raise ShapeError(f"{instr}: indices range [{idx.min()}, {idx.max()}] outside the {data.free_size} elements "
+                         f"per partition of data")
+    out = _new(indices.shape, dtype or data.dtype)
+    gathered = np.take_along_axis(np.asarray(data.numpy()).reshape(p, -1), idx, axis=1)
+    if out.dtype == data.dtype:
+        out.assign(gathered.reshape(out.shape))
+    else:
+        out.write(_dt.to_fp32(gathered, data.dtype).reshape(out.shape))
+    run.emit(instr, "gpsimd", reads=[("data", data), ("indices", indices)], writes=[("dst", out)])
+    return out
 
 
 def random_seed(seed):

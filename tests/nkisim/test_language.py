@@ -168,3 +168,16 @@ def test_api_doc_examples_with_asserts():
         assert nl.equal(nl.fmod(nl.full((2, 2), -7.0, nl.float32), 3.0), nl.full((2, 2), -1.0, nl.float32))
 
     nki.simulate(kernel)()
+
+
+def test_gather_flattened():
+    data = RNG.standard_normal((16, 32)).astype(np.float32)
+    idx = RNG.integers(0, 32, (16, 8)).astype(np.uint32)
+
+    def kernel(d, i):
+        out = nl.ndarray((16, 8), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.gather_flattened(nl.load(d), nl.load(i)))
+        return out
+
+    out, _ = _sim(kernel, data, idx)
+    np.testing.assert_array_equal(out, np.take_along_axis(data, idx.astype(np.int64), axis=1))
