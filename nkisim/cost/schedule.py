@@ -8,7 +8,8 @@ different physical cores):
    write-after-write, on SBUF, PSUM and HBM alike. An instruction may start when all of them have
    finished. A write that covers an earlier access's box retires that access from the lookup
    lists (anything later that depends on it also depends on the covering write).
-2. Engines. VectorE, ScalarE and GpSimdE run their instructions one at a time in program order.
+2. Engines. VectorE, ScalarE and GpSimdE run their instructions one at a time in program order;
+   on trn1 VectorE and GpSimdE also take turns on SBUF, VectorE and ScalarE on PSUM.
    TensorE issues in program order; with PE tiling (``tile_position``/``tile_size``) matmuls on
    disjoint 32x32 blocks of the array run concurrently (nki-reference.md 2.1), otherwise a matmul
    holds the whole array. DMA transfers go to one of three in-order issue queues (loads
@@ -108,6 +109,7 @@ def schedule_program(instructions, target) -> ProgramSchedule:
     busy = {e: 0.0 for e in COMPUTE_ENGINES}
     tensor_intervals = []
     memory = OnChipMemory(instructions, target.name)
+    port_free: dict = {}                        # trn1 shared SBUF/PSUM ports -> (free time, slot)
 
     for instr in instructions:
         index = len(sched.slots)
@@ -155,16 +157,22 @@ def schedule_program(instructions, target) -> ProgramSchedule:
         else:   # VectorE, ScalarE, GpSimdE; an engine new to the model gets its own in-order lane
             cycles, known = eng.compute_cycles(instr, target)
             known = known and engine in COMPUTE_ENGINES
-            free = engine_free.get(engine, 0.0)
+            free, free_slot = engine_free.get(engine, 0.0), engine_last.get(engine)
+            ports = _shared_ports(instr, target)
+            for port in ports:
+                if port_free.get(port, (0.0, None))[0] > free:
+                    free, free_slot = port_free[port]
             if deps_ready > free + EPS:
                 start, pred, waited = deps_ready, dep_slot, "dependency"
                 cycles += C.STATIC_OVERHEAD_CYCLES
             else:
-                start, pred, waited = free, engine_last.get(engine), "engine"
+                start, pred, waited = free, free_slot, "engine"
                 if same_engine_raw:
                     cycles += C.STATIC_OVERHEAD_CYCLES
             end = start + cycles / target.clock_ghz(engine)
             engine_free[engine] = end
+            for port in ports:
+                port_free[port] = (end, index)
             busy[engine] = busy.get(engine, 0.0) + end - start
             if not known:
                 sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
@@ -184,6 +192,19 @@ def schedule_program(instructions, target) -> ProgramSchedule:
     sched.busy = busy
     sched.dma_busy_per_engine = list(pool.busy)
     return sched
+
+
+# NeuronCore-v2 (trn1) only: VectorE and GpSimdE cannot access SBUF at the same time, VectorE and
+# ScalarE cannot access PSUM at the same time (nki-reference.md 3; lifted on v3+).
+SHARED_PORTS_V2 = {("vector", "sbuf"): "sbuf:vector+gpsimd", ("gpsimd", "sbuf"): "sbuf:vector+gpsimd",
+                   ("vector", "psum"): "psum:vector+scalar", ("scalar", "psum"): "psum:vector+scalar"}
+
+
+def _shared_ports(instr, target) -> set:
+    if target.nc_version >= 3:
+        return set()
+    return {SHARED_PORTS_V2[(instr.engine, o.buffer)] for o in instr.operands
+            if (instr.engine, o.buffer) in SHARED_PORTS_V2}
 
 
 def _union_length(intervals) -> float:

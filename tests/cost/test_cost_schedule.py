@@ -207,3 +207,26 @@ def test_loads_cannot_run_further_ahead_than_sbuf_allows():
     # must wait until the first tile's reduce has finished and released it.
     assert all(load.start == 0.0 for load in loads[:4])
     assert loads[4].start >= reduces[0].end
+
+
+@nki.jit
+def vector_and_gpsimd_on_sbuf(x):
+    tile = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=a, src=tile, engine=nisa.engine.vector)
+    nisa.tensor_copy(dst=b, src=tile, engine=nisa.engine.gpsimd)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+    nisa.dma_copy(dst=out, src=a)
+    return out
+
+
+@pytest.mark.parametrize("target, concurrent", [("trn1", False), ("trn2", True)])
+def test_trn1_vector_and_gpsimd_take_turns_on_sbuf(target, concurrent):
+    with nkisim.trace() as t:
+        nkisim.simulate(vector_and_gpsimd_on_sbuf)(np.zeros((128, 512), np.float32))
+    slots = slots_named(schedule_program(t.instructions, C.TARGETS[target]).slots, "tensor_copy")
+    vector, gpsimd = slots
+    assert (gpsimd.start < vector.end) == concurrent
