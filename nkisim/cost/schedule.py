@@ -96,102 +96,128 @@ class _Accesses:
 
 
 def schedule_program(instructions, target) -> ProgramSchedule:
-    sched = ProgramSchedule()
-    accesses = _Accesses()
-    ends: list[float] = []
-    engine_free = {e: 0.0 for e in ("vector", "scalar", "gpsimd")}
-    engine_last: dict = {}                      # engine -> slot index of its previous instruction
-    grid = 128 // C.PE_BLOCK
-    pe_free = {(r, c): (0.0, None) for r in range(grid) for c in range(grid)}
-    pe_last_start = 0.0
-    pool = dma_mod.EnginePool()
-    queue_last: dict = {}                       # queue -> (issue time, slot)
-    busy = {e: 0.0 for e in COMPUTE_ENGINES}
-    tensor_intervals = []
-    memory = OnChipMemory(instructions, target.name)
-    port_free: dict = {}                        # trn1 shared SBUF/PSUM ports -> (free time, slot)
+    """Schedule one program's instructions (trace order) on ``target`` (a ``constants.TargetCost``)."""
+    return _Scheduler(instructions, target).run()
 
-    for instr in instructions:
-        index = len(sched.slots)
-        deps_ready, dep_slot = memory.allocate(index)       # room for allocations first used here
-        memory_bound = dep_slot is not None
-        same_engine_raw = False
+
+class _Scheduler:
+    def __init__(self, instructions, target):
+        self.instructions = instructions
+        self.target = target
+        self.sched = ProgramSchedule()
+        self.accesses = _Accesses()
+        self.memory = OnChipMemory(instructions, target.name)
+        self.ends: list[float] = []
+        self.engine_free: dict = {}             # vector/scalar/gpsimd/... -> free time
+        self.engine_last: dict = {}             # engine -> slot index of its previous instruction
+        grid = 128 // C.PE_BLOCK
+        self.pe_free = {(r, c): (0.0, None) for r in range(grid) for c in range(grid)}
+        self.pe_last_start = 0.0
+        self.tensor_intervals: list = []
+        self.pool = dma_mod.EnginePool()
+        self.queue_last: dict = {}              # DMA queue -> (issue time, slot)
+        self.port_free: dict = {}               # trn1 shared SBUF/PSUM ports -> (free time, slot)
+        self.busy = {e: 0.0 for e in COMPUTE_ENGINES}
+
+    def run(self) -> ProgramSchedule:
+        for instr in self.instructions:
+            self._place(instr)
+        self.busy["tensor"] = _union_length(self.tensor_intervals)
+        self.busy["dma"] = max(self.pool.busy)
+        self.sched.busy = self.busy
+        self.sched.dma_busy_per_engine = list(self.pool.busy)
+        return self.sched
+
+    def _place(self, instr) -> None:
+        index = len(self.sched.slots)
+        ready, ready_slot = self.memory.allocate(index)       # room for allocations first used here
+        memory_bound = ready_slot is not None
+        raw_on_previous = False     # reads what the previous instruction of its engine wrote
         for operand in instr.operands:
-            t, who = accesses.ready(operand, ends)
-            if t > deps_ready:
-                deps_ready, dep_slot, memory_bound = t, who, False
-            if not operand.write and who is not None and who == engine_last.get(instr.engine):
-                same_engine_raw = True
-        engine = instr.engine
-        if engine == "dma":
-            queue = dma_mod.direction(instr)
-            q_time, q_slot = queue_last.get(queue, (0.0, None))
-            issue, pred, waited = deps_ready, dep_slot, "dependency"
-            if q_time > issue:
-                issue, pred, waited = q_time, q_slot, "queue"
-            queue_last[queue] = (issue, index)
-            n_engines, share = dma_mod.engine_share_ns(instr, target)
-            data_from = issue + dma_mod.fixed_latency_ns(instr, target)
-            first, end = pool.place(n_engines, data_from, share)
-            if first > data_from + EPS:
-                waited = "dma engines"
-            start = issue
-        elif engine == "tensor":
-            blocks = eng.pe_blocks(instr)
-            block_free, block_slot = max((pe_free[b] for b in blocks), key=lambda x: x[0])
-            free = max(block_free, pe_last_start)
-            cycles, known = eng.compute_cycles(instr, target)
-            if deps_ready > free + EPS:
-                start, pred, waited = deps_ready, dep_slot, "dependency"
-                cycles += C.STATIC_OVERHEAD_CYCLES
-            else:
-                pred = block_slot if block_free >= pe_last_start else engine_last.get(engine)
-                start, waited = free, "engine"
-            end = start + cycles / target.clock_ghz(engine)
-            for b in blocks:
-                pe_free[b] = (end, index)
-            pe_last_start = start
-            tensor_intervals.append((start, end))
-            if not known:
-                sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
-        else:   # VectorE, ScalarE, GpSimdE; an engine new to the model gets its own in-order lane
-            cycles, known = eng.compute_cycles(instr, target)
-            known = known and engine in COMPUTE_ENGINES
-            free, free_slot = engine_free.get(engine, 0.0), engine_last.get(engine)
-            ports = _shared_ports(instr, target)
-            for port in ports:
-                if port_free.get(port, (0.0, None))[0] > free:
-                    free, free_slot = port_free[port]
-            if deps_ready > free + EPS:
-                start, pred, waited = deps_ready, dep_slot, "dependency"
-                cycles += C.STATIC_OVERHEAD_CYCLES
-            else:
-                start, pred, waited = free, free_slot, "engine"
-                if same_engine_raw:
-                    cycles += C.STATIC_OVERHEAD_CYCLES
-            end = start + cycles / target.clock_ghz(engine)
-            engine_free[engine] = end
-            for port in ports:
-                port_free[port] = (end, index)
-            busy[engine] = busy.get(engine, 0.0) + end - start
-            if not known:
-                sched.unknown[instr.name] = sched.unknown.get(instr.name, 0) + 1
+            t, who = self.accesses.ready(operand, self.ends)
+            if t > ready:
+                ready, ready_slot, memory_bound = t, who, False
+            if not operand.write and who is not None and who == self.engine_last.get(instr.engine):
+                raw_on_previous = True
+        if instr.engine == "dma":
+            start, end, pred, waited = self._dma(instr, index, ready, ready_slot)
+        elif instr.engine == "tensor":
+            start, end, pred, waited = self._tensor(instr, index, ready, ready_slot)
+        else:
+            start, end, pred, waited = self._lane(instr, index, ready, ready_slot, raw_on_previous)
         if pred is None and start <= EPS and waited != "dma engines":
             waited = "start"
         elif waited == "dependency" and memory_bound:
             waited = "memory"
-        sched.slots.append(Slot(instr, start, end, pred, waited))
-        ends.append(end)
-        engine_last[engine] = index
+        self.sched.slots.append(Slot(instr, start, end, pred, waited))
+        self.ends.append(end)
+        self.engine_last[instr.engine] = index
         for operand in instr.operands:
-            accesses.add(operand, index)
-        memory.release(index, end)
+            self.accesses.add(operand, index)
+        self.memory.release(index, end)
 
-    busy["tensor"] = _union_length(tensor_intervals)
-    busy["dma"] = max(pool.busy)
-    sched.busy = busy
-    sched.dma_busy_per_engine = list(pool.busy)
-    return sched
+    def _dma(self, instr, index, ready, ready_slot):
+        """In-order issue on its queue, fixed latency, then its share on the engines it spans."""
+        queue = dma_mod.direction(instr)
+        q_time, q_slot = self.queue_last.get(queue, (0.0, None))
+        issue, pred, waited = ready, ready_slot, "dependency"
+        if q_time > issue:
+            issue, pred, waited = q_time, q_slot, "queue"
+        self.queue_last[queue] = (issue, index)
+        n_engines, share = dma_mod.engine_share_ns(instr, self.target)
+        data_from = issue + dma_mod.fixed_latency_ns(instr, self.target)
+        first, end = self.pool.place(n_engines, data_from, share)
+        if first > data_from + EPS:
+            waited = "dma engines"
+        return issue, end, pred, waited
+
+    def _tensor(self, instr, index, ready, ready_slot):
+        """In-order issue; runs when its PE blocks (the whole array unless PE-tiled) are free."""
+        blocks = eng.pe_blocks(instr)
+        block_free, block_slot = max((self.pe_free[b] for b in blocks), key=lambda x: x[0])
+        free = max(block_free, self.pe_last_start)
+        cycles, known = eng.compute_cycles(instr, self.target)
+        if ready > free + EPS:
+            start, pred, waited = ready, ready_slot, "dependency"
+            cycles += C.STATIC_OVERHEAD_CYCLES
+        else:
+            pred = block_slot if block_free >= self.pe_last_start else self.engine_last.get("tensor")
+            start, waited = free, "engine"
+        end = start + cycles / self.target.clock_ghz("tensor")
+        for b in blocks:
+            self.pe_free[b] = (end, index)
+        self.pe_last_start = start
+        self.tensor_intervals.append((start, end))
+        self._count_unknown(instr, known)
+        return start, end, pred, waited
+
+    def _lane(self, instr, index, ready, ready_slot, raw_on_previous):
+        """VectorE, ScalarE, GpSimdE (and any engine new to the model): one at a time, in order."""
+        engine = instr.engine
+        cycles, known = eng.compute_cycles(instr, self.target)
+        free, free_slot = self.engine_free.get(engine, 0.0), self.engine_last.get(engine)
+        ports = _shared_ports(instr, self.target)
+        for port in ports:
+            if self.port_free.get(port, (0.0, None))[0] > free:
+                free, free_slot = self.port_free[port]
+        if ready > free + EPS:
+            start, pred, waited = ready, ready_slot, "dependency"
+            cycles += C.STATIC_OVERHEAD_CYCLES
+        else:
+            start, pred, waited = free, free_slot, "engine"
+            if raw_on_previous:
+                cycles += C.STATIC_OVERHEAD_CYCLES
+        end = start + cycles / self.target.clock_ghz(engine)
+        self.engine_free[engine] = end
+        for port in ports:
+            self.port_free[port] = (end, index)
+        self.busy[engine] = self.busy.get(engine, 0.0) + end - start
+        self._count_unknown(instr, known and engine in COMPUTE_ENGINES)
+        return start, end, pred, waited
+
+    def _count_unknown(self, instr, known: bool) -> None:
+        if not known:
+            self.sched.unknown[instr.name] = self.sched.unknown.get(instr.name, 0) + 1
 
 
 # NeuronCore-v2 (trn1) only: VectorE and GpSimdE cannot access SBUF at the same time, VectorE and
