@@ -79,11 +79,55 @@ class MemoryRegion(enum.Enum):
 
 
 class NKIObject:
-    """Base class for kernel dataclasses and configuration objects."""
+    """Base class for kernel dataclasses and configuration objects, with NKI's initializer
+    semantics (language guide, "Class Support"): unless a class defines ``__init__`` itself, its
+    fields (annotated or plain class attributes, in declaration order) are positional or keyword
+    parameters defaulting to the class value (None when there is none), then ``__post_init__``
+    runs. ``@dataclass`` is optional and does not replace this initializer (it only adds
+    ``__eq__``/``__repr__``), so ``SectionParams(section_idx=0)`` works for a ``@dataclass`` whose
+    attributes are not annotated, as in NKI."""
 
-    def __init__(self, **kwargs):
-        for key, value in kwargs.items():
-            setattr(self, key, value)
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:
+            cls.__init__ = NKIObject._nki_init
+
+    @staticmethod
+    def _fields(cls) -> list:
+        names: list = []
+        for klass in reversed(cls.__mro__[:-1]):
+            for name in list(getattr(klass, "__annotations__", {})) + list(vars(klass)):
+                value = vars(klass).get(name)
+                if name.startswith("__") or name in names or callable(value) or \
+                        isinstance(value, (staticmethod, classmethod, property)):
+                    continue
+                names.append(name)
+        return names
+
+    def _nki_init(self, *args, **kwargs):
+        import dataclasses
+        cls = type(self)
+        fields = NKIObject._fields(cls)
+        if len(args) > len(fields):
+            raise TypeError(f"{cls.__name__}() takes {len(fields)} positional arguments, got {len(args)}")
+        values = dict(zip(fields, args))
+        values.update(kwargs)
+        factories = {f.name: f.default_factory for f in getattr(cls, "__dataclass_fields__", {}).values()
+                     if f.default_factory is not dataclasses.MISSING}
+        for name in fields:
+            if name in values:
+                setattr(self, name, values.pop(name))
+            elif name in factories:
+                setattr(self, name, factories[name]())
+            elif not hasattr(cls, name):
+                setattr(self, name, None)
+        for name, value in values.items():
+            setattr(self, name, value)
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+
+    __init__ = _nki_init
 
 
 def is_hbm(buffer):
@@ -127,7 +171,7 @@ def ndarray(shape, dtype, buffer=SBUF, name="", address=None):
                              f"for {buffer} tensor {name or ''}".rstrip())
         if address is not None and buffer == PSUM and int(address[1]) % tile_size.psum_bank_fmax_bytes:
             raise ShapeError(f"ndarray: PSUM address {address} must start on a 2 KiB bank boundary")
-    return run.allocate(shape, dtype, buffer, name)
+    return run.allocate(shape, dtype, buffer, name, address=address)
 
 
 def _filled(shape, dtype, buffer, value, name=""):

@@ -4,11 +4,9 @@ Instructions call :func:`begin` to get the running :class:`KernelRun` and :meth:
 after they executed, which numbers the instruction, updates the liveness of every storage it
 touched, keeps the PSUM accumulation state and appends it to the active traces.
 
-Capacity (stricter than the official simulator, nki-reference.md section 4.1): after the kernel
-returns, :meth:`KernelRun.check_capacity` sweeps the allocations: an SBUF or PSUM allocation is
-live from the instruction that allocated it to the last instruction that touched it; the peak of
-live bytes per partition must stay within the target's usable SBUF (trn2: 212984 B) and PSUM
-(16 KiB = 8 banks x 2 KiB). Bytes are exact, not rounded to banks.
+Capacity (stricter than the official simulator): after the kernel returns,
+:meth:`KernelRun.check_capacity` checks the peak of live SBUF/PSUM bytes per partition from the
+first to the last use of each allocation (see ``capacity.py``).
 """
 
 from __future__ import annotations
@@ -82,7 +80,7 @@ class KernelRun:
         self.group = group if group is not None else LncGroup(num_programs)
         self._shared_index = 0
 
-    def allocate(self, shape, dtype, buffer: str, name: str = "") -> NkiTensor:
+    def allocate(self, shape, dtype, buffer: str, name: str = "", address=None) -> NkiTensor:
         if buffer == SHARED_HBM:
             n = self._shared_index
             self._shared_index += 1
@@ -100,6 +98,8 @@ class KernelRun:
         else:
             storage = Storage(buffer, shape, dtype, name)
         storage.alloc_index = storage.last_use = self.counter
+        if address is not None and buffer in ON_CHIP:
+            storage.address = int(address[1])       # (partition offset, free byte offset)
         self.storages.append(storage)
         return NkiTensor(storage)
 
@@ -122,8 +122,18 @@ class KernelRun:
         trace_mod.record(instr)
         return instr
 
+    def touch_untraced(self, t: NkiTensor) -> None:
+        """Liveness for an access that is not an engine instruction (register load/store)."""
+        base = t.storage.base
+        base.last_use = max(base.last_use, self.counter)
+        if base.first_use is None:
+            base.first_use = max(self.counter, 1)
+
     def _touch(self, t: NkiTensor, write: bool, by_tensor_engine: bool) -> None:
-        t.storage.base.last_use = self.counter
+        base = t.storage.base
+        base.last_use = self.counter
+        if base.first_use is None:
+            base.first_use = self.counter
         if t.buffer == PSUM and write:
             t.state_view(t.storage.initialized)[...] = True
         if t.buffer == PSUM and not by_tensor_engine:
@@ -134,33 +144,9 @@ class KernelRun:
                 t.state_view(t.storage.mm_written)[...] = False
 
     def check_capacity(self, kernel_name: str) -> None:
-        for buffer, limit, what in ((SBUF, self.target.sbuf_bytes_per_partition, "usable SBUF"),
-                                    (PSUM, self.target.psum_bytes_per_partition, "PSUM (8 banks x 2 KiB)")):
-            events = []
-            for s in self.storages:
-                if s.buffer == buffer:
-                    # Live from the first instruction after the allocation to its last use (inclusive);
-                    # at equal indices allocations sort first, since that instruction uses both.
-                    first = s.alloc_index + 1
-                    events.append((first, 1, s))
-                    events.append((max(first, s.last_use), 2, s))
-            events.sort(key=lambda e: (e[0], e[1]))
-            live, peak, peak_set, current = 0, 0, [], set()
-            for _, kind, s in events:
-                if kind == 1:
-                    live += s.bytes_per_partition
-                    current.add(s)
-                    if live > peak:
-                        peak, peak_set = live, list(current)
-                else:
-                    live -= s.bytes_per_partition
-                    current.discard(s)
-            if peak > limit:
-                top = sorted(peak_set, key=lambda s: -s.bytes_per_partition)[:6]
-                names = ", ".join(f"{s.name}{list(s.shape)}={s.bytes_per_partition} B" for s in top)
-                raise CapacityError(
-                    f"{kernel_name}: peak live {buffer.upper()} is {peak} bytes per partition, limit {limit} "
-                    f"({what} on {self.target.name}); largest live allocations: {names}")
+        """Peak live SBUF/PSUM bytes per partition within the target's capacity (``capacity.py``)."""
+        from . import capacity
+        capacity.check(self.storages, self.target, kernel_name)
 
 
 _local = threading.local()      # each LNC program runs in its own thread

@@ -56,7 +56,9 @@ class Storage:
         self.base = self
         # Liveness, in instruction indices of the kernel run (for SBUF/PSUM capacity).
         self.alloc_index = 0
+        self.first_use = None       # None until an instruction touches it
         self.last_use = 0
+        self.address = None         # free byte offset when pinned with nl.ndarray(address=...)
         # PSUM accumulation state per element (see isa/tensor_engine.py).
         if buffer == PSUM:
             self.mm_written = np.zeros(size, dtype=bool)

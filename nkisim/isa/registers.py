@@ -61,7 +61,7 @@ def register_move(dst: VirtualRegister, src) -> None:
 def register_load(dst: VirtualRegister, src: NkiTensor) -> None:
     run = runtime.begin("register_load")
     dst.value = _value(src, "register_load")
-    src.storage.base.last_use = run.counter     # sequencer op: not traced, but it keeps src alive
+    run.touch_untraced(src)     # sequencer op: not traced, but it keeps src alive
 
 
 def register_store(dst: NkiTensor, src) -> None:
@@ -69,7 +69,7 @@ def register_store(dst: NkiTensor, src) -> None:
     if dst.size != 1:
         raise ShapeError(f"register_store: dst {dst.name} has shape {dst.shape}; it must hold one element")
     dst.write(np.array(max(INT32_MIN, min(INT32_MAX, _value(src, "register_store")))))
-    dst.storage.base.last_use = run.counter
+    run.touch_untraced(dst)
 
 
 def fori_loop(lower, upper, body_fun, step=1):

@@ -234,3 +234,24 @@ def test_compiler_shape_rules_accept_the_legal_forms():
     with __import__("nkisim").trace() as t:
         _run(kernel)
     assert t.instructions[-1].engine == "gpsimd"
+
+
+def test_pinned_addresses_share_bytes_and_must_fit():
+    """Modular (multi-buffer) allocation as NKI's library does it: many PSUM tiles pinned to 4 banks."""
+    def modular():
+        for i in range(16):      # 16 x 2 KiB tiles, but only 4 distinct bank addresses
+            acc = nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, (i % 4) * 2048))
+            nisa.memset(dst=acc, value=0.0)
+        late = [nl.ndarray((128, 512), nl.float32, buffer=nl.psum) for _ in range(4)]   # allocated up front
+        for t in late:
+            nisa.memset(dst=t, value=1.0)                                             # first used here
+
+    _run(modular)
+
+    def outside():
+        acc = nl.ndarray((128, 1024), nl.float32, buffer=nl.psum, address=(0, 7 * 2048))
+        nisa.memset(dst=acc, value=0.0)
+
+    with pytest.raises(CapacityError, match="pinned at address 14336 needs bytes \\[14336, 18432\\) per partition, "
+                                            "limit 16384"):
+        _run(outside)
