@@ -114,20 +114,16 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
                 for hs in range(0, q_group, group_heads):
                     items.append({"tile": tile, "hs": hs, "heads": min(group_heads, q_group - hs),
                                   "last": hs + group_heads >= q_group})
-    # Software pipeline, three items deep. Each engine runs its instructions in program order,
-    # so every step issues work whose inputs are ready: P^T of item i - 2 (its P exists), then
-    # scores and row max of item i, exponentials of item i - 1, and last PV and output of item
-    # i - 2 (which wait for the P^T evictions). TensorE: P^T(i-2), S(i), PV(i-2); ScalarE:
-    # evictions(i-2), exp(i-1); VectorE: max(i), normalisation(i-2).
-    for step in range(len(items) + 2):
-        if 2 <= step:
-            _stage_transpose(items[step - 2], ctx)
-        if step < len(items):
-            _stage_scores(items[step], ctx)
-        if 1 <= step <= len(items):
-            _stage_exp(items[step - 1], ctx)
-        if 2 <= step:
-            _stage_output(items[step - 2], ctx)
+    # Consecutive single-block items run software-pipelined; online-softmax items run alone.
+    run = []
+    for item in items + [None]:
+        if item is not None and item["tile"]["n_keys"] <= KV_BLOCK:
+            run.append(item)
+            continue
+        _pipeline(run, ctx)
+        run = []
+        if item is not None:
+            _attend_online(item, ctx)
     if return_lse:
         return out, lse
     return out
@@ -315,10 +311,28 @@ def _store_tile(tile, ctx):
 
 # ---- attention of one (query tile, head group) ------------------------------------------------------
 
-def _stage_scores(item, ctx):
-    """Pipeline stage 1: loads on first use (K^T, V, Q^T, shared mask), S with masks, row max.
-    Items whose keys exceed KV_BLOCK run the whole online softmax here."""
-    tile = item["tile"]
+def _pipeline(items, ctx):
+    """Software pipeline over single-block items, three deep. Each engine runs its instructions
+    in program order, so every step issues work whose inputs are ready: P^T of item i - 2 (its P
+    exists), exponentials of item i - 1, scores and row max of item i, then PV and the output of
+    item i - 2 (after its P^T evictions). Per engine: TensorE P^T(i-2), S(i), PV(i-2); ScalarE
+    evictions(i-2), exp(i-1); VectorE max(i), out(i-2). The exp of item i - 1 precedes S(i) so
+    that at most one score tile is live in PSUM."""
+    n = len(items)
+    for step in range(n + 2):
+        if 2 <= step:
+            _stage_transpose(items[step - 2], ctx)
+        if 1 <= step <= n:
+            _stage_exp(items[step - 1], ctx)
+        if step < n:
+            _stage_scores(items[step], ctx)
+        if 2 <= step:
+            _stage_pv(items[step - 2], ctx)
+            _stage_output(items[step - 2], ctx)
+
+
+def _ensure_loaded(tile, ctx):
+    """Loads on first use: the kv group's K^T and V, the query tile's Q^T and shared mask."""
     kv = tile["kv"]
     if kv["k_t"] is None:
         b, g0, n = kv["b"], kv["g0"], ctx["kv_group"]
@@ -329,11 +343,12 @@ def _stage_scores(item, ctx):
         kv["v_aug"] = _load_v_with_ones(ctx["v"], ctx, b, g0, n)
     if tile["q_t"] is None:
         _load_query_tile(tile, ctx)
-    if tile["n_keys"] > KV_BLOCK:
-        _attend_online(item, ctx)
-        if item["last"]:
-            _store_tile(tile, ctx)
-        return
+
+
+def _stage_scores(item, ctx):
+    """Pipeline stage 1: S with masks, row max."""
+    tile = item["tile"]
+    _ensure_loaded(tile, ctx)
     mq, heads, nb = tile["mq"], item["heads"], tile["n_keys"]
     scores = _scores(item, ctx, 0, nb, _score_stride(nb))
     _add_masks(scores, item, ctx, 0, nb)
@@ -343,26 +358,26 @@ def _stage_scores(item, ctx):
 
 def _stage_exp(item, ctx):
     """Pipeline stage 2: P = exp(S - m)."""
-    if item["tile"]["n_keys"] > KV_BLOCK:
-        return
     item["probs"] = _exp(item["scores"], item["neg_max"], item["tile"]["mq"], item["heads"], item["tile"]["n_keys"],
                          ctx["dtype"])
 
 
 def _stage_transpose(item, ctx):
     """Pipeline stage 3a: P^T."""
-    if item["tile"]["n_keys"] > KV_BLOCK:
-        return
     item["banks"] = _transpose_probs(item["probs"], item, ctx, item["tile"]["n_keys"])
 
 
-def _stage_output(item, ctx):
-    """Pipeline stage 3b: [O | l] = P [V | 1], out = O / l, lse; the tile's store after its last group."""
+def _stage_pv(item, ctx):
+    """Pipeline stage 3b: [O | l] = P [V | 1], 1 / l and lse."""
     tile = item["tile"]
-    if tile["n_keys"] > KV_BLOCK:
-        return
-    o_psum = _pv(item["banks"], item, ctx, 0, tile["n_keys"])
-    _normalize_and_lse(o_psum, item["neg_max"], item, ctx)
+    item["o_psum"] = _pv(item["banks"], item, ctx, 0, tile["n_keys"])
+    item["inv_sum"] = _inverse_sum_and_lse(item["o_psum"], item["neg_max"], item, ctx)
+
+
+def _stage_output(item, ctx):
+    """Pipeline stage 3c: out = O / l; the tile's store after its last head group."""
+    tile = item["tile"]
+    _normalize(item["o_psum"], item["inv_sum"], item, ctx)
     if item["last"]:
         _store_tile(tile, ctx)
 
@@ -480,24 +495,32 @@ def _pv(banks, item, ctx, kb0, nb):
     return o_psum
 
 
-def _normalize_and_lse(o_acc, neg_max, item, ctx):
-    """out = O / l (fused into the eviction to the output tile) and lse = m + ln(l)."""
+def _inverse_sum_and_lse(o_acc, neg_max, item, ctx):
+    """1 / l for the normalisation, and lse = m + ln(l) (the subtraction on GpSimd, from SBUF)."""
     tile, hs, heads = item["tile"], item["hs"], item["heads"]
     mq, D = tile["mq"], ctx["D"]
     inv_sum = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
     nisa.reciprocal(dst=inv_sum[:mq], data=o_acc[:mq, :, D])
-    nisa.tensor_tensor(dst=tile["o_sb"][:mq, hs:hs + heads], data1=o_acc[:mq, :, :D],
-                       data2=inv_sum[:mq].expand_dim(2).broadcast(2, D), op=nl.multiply)
     if tile["lse_sb"] is not None:
         log_sum = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=log_sum[:mq], op=nl.log, data=o_acc[:mq, :, D])
         nisa.tensor_tensor(dst=tile["lse_sb"][:mq, hs:hs + heads], data1=log_sum[:mq], data2=neg_max[:mq],
-                           op=nl.subtract)
+                           op=nl.subtract, engine=nisa.engine.gpsimd)
+    return inv_sum
+
+
+def _normalize(o_acc, inv_sum, item, ctx):
+    """out = O / l, fused into the eviction to the output tile (one VectorE op for the group)."""
+    tile, hs, heads = item["tile"], item["hs"], item["heads"]
+    mq, D = tile["mq"], ctx["D"]
+    nisa.tensor_tensor(dst=tile["o_sb"][:mq, hs:hs + heads], data1=o_acc[:mq, :, :D],
+                       data2=inv_sum[:mq].expand_dim(2).broadcast(2, D), op=nl.multiply)
 
 
 def _attend_online(item, ctx):
     """Online (flash) softmax over key blocks of KV_BLOCK (keys > KV_BLOCK; one head per item)."""
     tile, heads = item["tile"], item["heads"]
+    _ensure_loaded(tile, ctx)
     mq, n_keys, D, dtype = tile["mq"], tile["n_keys"], ctx["D"], ctx["dtype"]
     neg_max = acc = None
     for kb0 in range(0, n_keys, KV_BLOCK):
@@ -525,4 +548,6 @@ def _attend_online(item, ctx):
         nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=alpha[:mq].expand_dim(2).broadcast(2, D + 1),
                            op=nl.multiply)
         nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=o_psum[:mq], op=nl.add)
-    _normalize_and_lse(acc, neg_max, item, ctx)
+    _normalize(acc, _inverse_sum_and_lse(acc, neg_max, item, ctx), item, ctx)
+    if item["last"]:
+        _store_tile(tile, ctx)
