@@ -4,7 +4,7 @@
 |---|---|
 | ``tensor_engine`` | nc_matmul, nc_transpose |
 | ``vector_engine`` | tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_reduce, tensor_copy, tensor_copy_predicated, memset, reciprocal |
-| ``vector_reduce`` | tensor_scalar_reduce, exponential (trn3), range_select (trn2+), select_reduce, bn_stats, bn_aggr, max8 |
+| ``vector_reduce`` | tensor_scalar_reduce, exponential (trn3), range_select (trn2+), select_reduce, bn_stats, bn_aggr, max8, nc_find_index8, nc_match_replace8 |
 | ``vector_scan`` | tensor_tensor_scan, tensor_scalar_cumulative, tensor_partition_reduce (GpSimd), nc_stream_shuffle |
 | ``scalar_engine`` | activation, activation_reduce, activate2 (trn3) |
 | ``gpsimd`` | iota, affine_select |
@@ -32,8 +32,8 @@ from .scalar_engine import activate2, activation, activation_reduce
 from .tensor_engine import nc_matmul, nc_transpose
 from .vector_engine import (memset, reciprocal, scalar_tensor_tensor, tensor_copy, tensor_copy_predicated,
                             tensor_reduce, tensor_scalar, tensor_tensor)
-from .vector_reduce import (bn_aggr, bn_stats, exponential, max8, range_select, select_reduce,
-                            tensor_scalar_reduce)
+from .vector_reduce import (bn_aggr, bn_stats, exponential, max8, nc_find_index8, nc_match_replace8, range_select,
+                            select_reduce, tensor_scalar_reduce)
 from .vector_scan import nc_stream_shuffle, tensor_partition_reduce, tensor_scalar_cumulative, tensor_tensor_scan
 
 # Deprecated engine constants kept by NKI 0.6. They shadow the submodule attributes of the same
@@ -56,8 +56,7 @@ _MISSING = {
     "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats", "dma_compute": "DMA read-modify-write",
     "rand_set_state": "PRNG state", "rand_get_state": "PRNG state",
     "local_gather": "gathers", "nc_n_gather": "gathers", "sequence_bounds": "segment helpers",
-    "nonzero_with_count": "gathers", "topk": "top-k helpers", "nc_find_index8": "top-k helpers",
-    "nc_match_replace8": "top-k helpers",
+    "nonzero_with_count": "gathers", "topk": "top-k helpers",
 }
 globals().update({api: _not_simulated(api, why) for api, why in _MISSING.items()})
 
@@ -75,5 +74,5 @@ __all__ = [
     "tensor_scalar_cumulative", "tensor_tensor_scan", "VirtualRegister", "register_alloc", "register_load", "register_move",
     "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
     "get_nc_version", "NkiInstruction", "NkiValidationError", "core_barrier", "sendrecv",
-    "dropout", "rand2", "rng", "set_rng_seed",
+    "dropout", "rand2", "rng", "set_rng_seed", "nc_find_index8", "nc_match_replace8",
 ]

@@ -246,3 +246,74 @@ def max8(dst, src, name=None):
     values = chk.values_2d(src)
     chk.write_2d(dst, -np.sort(-values, axis=1)[:, :8])
     return run.emit(instr, "vector", reads=[("src", src)], writes=[("dst", dst)], label=name)
+
+
+INDEX8_DTYPES = (dt.uint16, dt.uint32)
+
+
+def _match8(data_rows: np.ndarray, vals: np.ndarray, order) -> np.ndarray:
+    """Per partition, the position matched by each of the 8 values (-1 if none): values are taken in
+    ``order`` and each takes the first position equal to it that no earlier value took."""
+    p, n = data_rows.shape
+    positions = np.full((p, 8), -1, dtype=np.int64)
+    for row in range(p):
+        taken = np.zeros(n, dtype=bool)
+        for i in order:
+            hits = np.flatnonzero((data_rows[row] == vals[row, i]) & ~taken)
+            if hits.size:
+                positions[row, i] = hits[0]
+                taken[hits[0]] = True
+    return positions
+
+
+def _index_values(positions: np.ndarray, dtype) -> np.ndarray:
+    sentinel = np.iinfo(dt.storage(dtype)).max          # all-ones when a value is absent
+    return np.where(positions < 0, sentinel, positions).astype(dt.storage(dtype))
+
+
+def _index8_operands(instr, dst, data, vals):
+    operands = [("dst", dst), ("data", data), ("vals", vals)]
+    chk.on_chip_operands(instr, operands)
+    chk.same_partitions(instr, operands)
+    n = data.free_size
+    if not MAX8_MIN <= n <= MAX8_MAX:
+        raise limit_error(ShapeError, instr, "data", "elements per partition", n, f"{MAX8_MIN}..{MAX8_MAX}")
+    if vals.free_size != 8:
+        raise ShapeError(f"{instr}: vals has {vals.free_size} elements per partition, it must have 8")
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    """Index of the first occurrence of each of the 8 ``vals`` in each partition of ``data``;
+    duplicate vals take successive occurrences in ascending order; absent -> all-ones sentinel."""
+    instr = "nc_find_index8"
+    run = runtime.begin(instr)
+    _index8_operands(instr, dst, data, vals)
+    if dst.dtype not in INDEX8_DTYPES or dst.free_size != 8:
+        raise DtypeError(f"{instr}: dst must be uint16 or uint32 with 8 elements per partition, got "
+                         f"{dt.name(dst.dtype)} {dst.shape}")
+    positions = _match8(chk.values_2d(data), chk.values_2d(vals), range(8))
+    dst.assign(_index_values(positions, dst.dtype).reshape(dst.shape))
+    return run.emit(instr, "vector", reads=[("data", data), ("vals", vals)], writes=[("dst", dst)], label=name)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    """``dst`` = ``data`` with the first occurrence of each of the 8 ``vals`` replaced by ``imm``
+    (vals processed in reverse order, i = 7..0, so duplicates fill ``dst_idx`` columns descending)."""
+    instr = "nc_match_replace8"
+    run = runtime.begin(instr)
+    _index8_operands(instr, dst, data, vals)
+    chk.same_free_size(instr, [("dst", dst), ("data", data)])
+    values = chk.values_2d(data)
+    positions = _match8(values, chk.values_2d(vals), range(7, -1, -1))
+    out = values.copy()
+    rows = np.nonzero(positions >= 0)
+    out[rows[0], positions[rows]] = np.float32(imm)
+    chk.write_2d(dst, out)
+    writes = [("dst", dst)]
+    if dst_idx is not None:
+        chk.on_chip_operands(instr, [("dst_idx", dst_idx)])
+        if dst_idx.free_size != 8 or not dt.is_int(dst_idx.dtype):
+            raise DtypeError(f"{instr}: dst_idx must be an integer tile with 8 elements per partition")
+        dst_idx.assign(_index_values(positions, dst_idx.dtype).reshape(dst_idx.shape))
+        writes.append(("dst_idx", dst_idx))
+    return run.emit(instr, "vector", reads=[("data", data), ("vals", vals)], writes=writes, label=name)

@@ -208,3 +208,24 @@ def test_dma_copy_casts_and_dma_transpose(monkeypatch):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
     with pytest.raises(TargetError, match="dma_transpose needs NeuronCore-v3"):
         nki.simulate(kernel)(a)
+
+
+def test_find_index8_and_match_replace8_docstring_example():
+    """nc_match_replace8 docstring: data [1,2,3,4,8,8,8,8,8,8,8], vals [3,8,8,8,8,8,8,8] -> dst_idx
+    [2,10,9,8,7,6,5,4]; nc_find_index8 pairs duplicates ascending instead."""
+    data = np.array([[1, 2, 3, 4, 8, 8, 8, 8, 8, 8, 8]], np.float32)
+    vals = np.array([[3, 8, 8, 8, 8, 8, 8, 8]], np.float32)
+
+    def body(d, v):
+        idx = nl.ndarray((1, 8), nl.uint32)
+        nisa.nc_find_index8(dst=idx, data=d, vals=v)
+        rep = nl.ndarray((1, 11), nl.float32)
+        ridx = nl.ndarray((1, 8), nl.uint32)
+        nisa.nc_match_replace8(dst=rep, data=d, vals=v, imm=-1.0, dst_idx=ridx)
+        return idx, rep, ridx
+
+    idx, rep, ridx = run_tile(body, data, vals, out_shapes=[(1, 8), (1, 11), (1, 8)],
+                              out_dtypes=[np.uint32, np.float32, np.uint32])
+    np.testing.assert_array_equal(idx[0], [2, 4, 5, 6, 7, 8, 9, 10])
+    np.testing.assert_array_equal(ridx[0], [2, 10, 9, 8, 7, 6, 5, 4])
+    np.testing.assert_array_equal(rep[0], [1, 2, -1, 4, -1, -1, -1, -1, -1, -1, -1])
