@@ -33,6 +33,9 @@ import sys
 import types
 
 from . import errors, isa, language, typing
+from .dtypes import float32 as _float32
+
+dtype = type(_float32)      # ``nki.dtype``: the type of NKI dtypes (NumPy dtypes here), used in annotations
 from .jit import Kernel, jit, simulate
 from .trace import Instruction, Trace, trace
 from .cost import profile
@@ -42,7 +45,7 @@ __all__ = ["install", "installed", "jit", "simulate", "trace", "profile", "Trace
 
 # Real module name -> nkisim module that stands in for it.
 _ALIASES = {"nki": "nkisim", "nki.language": "nkisim.language", "nki.isa": "nkisim.isa", "nki.typing": "nkisim.typing",
-            "nki.collectives": "nkisim.collectives"}
+            "nki.collectives": "nkisim.collectives", "nki.isa.constants": "nkisim.isa.enums"}
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -56,6 +59,8 @@ class _AliasLoader(importlib.abc.Loader):
         def __getattr__(name):  # noqa: N807 - PEP 562 module __getattr__
             if spec.name == "nki" and name in ("language", "isa", "typing", "collectives"):
                 return importlib.import_module(f"nki.{name}")
+            if spec.name == "nki.isa" and name == "constants":
+                return importlib.import_module("nki.isa.constants")
             return getattr(target, name)
 
         module.__getattr__ = __getattr__
@@ -72,7 +77,7 @@ class _NkiFinder(importlib.abc.MetaPathFinder):
         if fullname not in _ALIASES:
             return None
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(_ALIASES[fullname]), origin="nkisim",
-                                              is_package=(fullname == "nki"))
+                                              is_package=(fullname in ("nki", "nki.isa")))
 
 
 def installed() -> bool:

@@ -37,6 +37,10 @@ def test_install_resolves_nki_with_module_specs():
     import nki.language
     assert nki.isa.nc_matmul is nkisim.isa.nc_matmul
     assert nki.language.tile_size.pmax == 128 and nki.jit is nkisim.jit
+    from nki.isa.constants import dge_mode       # the real package's enum module, used by NKI's library
+    import nki.typing as nt
+    assert dge_mode.hwdge == nki.isa.dge_mode.hwdge and isinstance(nki.language.float32, nki.dtype)
+    assert repr(nt.tensor[128, 512]) == "nt.tensor[128, 512]"
 
 
 def test_install_in_a_fresh_interpreter():
