@@ -249,3 +249,34 @@ def test_scheduling_apis_are_accepted():
 
     x = np.ones((2, 2), np.float32)
     np.testing.assert_array_equal(nki.jit(kernel).with_schedule([("scale", "load")])(x), 2 * x)
+
+
+def test_nkiobject_initializer_semantics():
+    """Language guide "Class Support": fields become initializer parameters, with or without @dataclass."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class C(nl.NKIObject):
+        x: int
+        y: bool = False
+
+        def toggle(self):
+            self.y = not self.y
+
+    @dataclass
+    class Params(nl.NKIObject):     # plain class attributes, as in NKI's attention kernel
+        section_idx = None
+        section_offset = 0
+
+    class A(nl.NKIObject):
+        x: int = 1
+
+        def __init__(self, x):
+            self.x = x
+
+    c = C(1)
+    c.toggle()
+    assert (c.x, c.y) == (1, True)
+    p = Params(section_idx=3)
+    assert (p.section_idx, p.section_offset) == (3, 0)
+    assert A(5).x == 5
