@@ -11,7 +11,8 @@ Output (what kernel-builder's noarch build writes, see shared/hub-and-transforme
 Algorithm: list the inputs the way git would commit them (:mod:`hubtools.source_id`), derive the build id
 ``_<module>_<backend>_<7-hex tree hash>[_dirty]``, stage each variant in ``build/.staging/`` (copy the package
 except its ``_nki`` link and ``_ops.py``; copy ``kernels/*.py`` into ``_nki/`` with an ``__init__.py``; write
-``_ops.py`` and ``metadata.json``), check it (:mod:`hubtools.checks`), then swap it into place.
+``_ops.py`` and ``metadata.json``), check it (:mod:`hubtools.checks`), then swap it into place; a failed check
+leaves the previous build untouched and no staging behind.
 Deterministic: same sources -> byte-identical output (sorted JSON, no timestamps, fixed file modes).
 """
 
@@ -176,24 +177,9 @@ def _nki_docstrings(repo_root: Path, files: list[str]) -> dict:
     return docs
 
 
-def build(repo_root: Path = REPO_ROOT, out_dir: Path | None = None, repo_id: str | None = None,
-          log=print) -> BuildResult:
-    """Write build/torch-neuron, build/torch-cpu and build/CARD.md; returns what was built."""
-    config = load_config(repo_root)
-    out_dir = out_dir or repo_root / "build"
-    package_dir = repo_root / TORCH_EXT / config.module_name
-    if not (package_dir / "__init__.py").is_file():
-        raise BuildError(f"{TORCH_EXT}/{config.module_name}/__init__.py not found: nothing to build")
-    _check_source_ops(package_dir)
-    inputs = [f"{TORCH_EXT}/{config.module_name}", NKI_SOURCES, "build.toml"]
-    listed = list_inputs(repo_root, inputs)
-    files, source = listed[0], source_id(repo_root, inputs, listed)
-    nki_modules = {Path(f).stem for f in files if f.startswith(f"{NKI_SOURCES}/") and f.endswith(".py")}
-    if "attention" not in nki_modules:
-        raise BuildError(f"{NKI_SOURCES}/attention.py not found: the package needs its NKI attention kernel")
-
-    staging = out_dir / STAGING
-    shutil.rmtree(staging, ignore_errors=True)
+def _stage_and_check(repo_root: Path, files: list[str], config: KernelConfig, source: SourceId,
+                     nki_modules: set[str], staging: Path, log) -> tuple[dict, dict]:
+    """Stage every variant under ``staging`` and check it; returns (variant -> build id, the public API)."""
     ids = {}
     for variant in VARIANTS:
         build_id = ops_name(config.module_name, variant.backend, source)
@@ -212,11 +198,35 @@ def build(repo_root: Path = REPO_ROOT, out_dir: Path | None = None, repo_id: str
         if reports[variant.dir_name]["all"] != api["all"]:
             raise BuildError(f"{variant.dir_name} exports {reports[variant.dir_name]['all']}, "
                              f"{VARIANTS[0].dir_name} exports {api['all']}: the variants must share one API")
-    for variant in VARIANTS:
-        final = out_dir / variant.dir_name
-        shutil.rmtree(final, ignore_errors=True)
-        (staging / variant.dir_name).rename(final)
+    return ids, api
+
+
+def build(repo_root: Path = REPO_ROOT, out_dir: Path | None = None, repo_id: str | None = None,
+          log=print) -> BuildResult:
+    """Write build/torch-neuron, build/torch-cpu and build/CARD.md; returns what was built."""
+    config = load_config(repo_root)
+    out_dir = out_dir or repo_root / "build"
+    package_dir = repo_root / TORCH_EXT / config.module_name
+    if not (package_dir / "__init__.py").is_file():
+        raise BuildError(f"{TORCH_EXT}/{config.module_name}/__init__.py not found: nothing to build")
+    _check_source_ops(package_dir)
+    inputs = [f"{TORCH_EXT}/{config.module_name}", NKI_SOURCES, "build.toml"]
+    listed = list_inputs(repo_root, inputs)
+    files, source = listed[0], source_id(repo_root, inputs, listed)
+    nki_modules = {Path(f).stem for f in files if f.startswith(f"{NKI_SOURCES}/") and f.endswith(".py")}
+    if "attention" not in nki_modules:
+        raise BuildError(f"{NKI_SOURCES}/attention.py not found: the package needs its NKI attention kernel")
+
+    staging = out_dir / STAGING
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+        ids, api = _stage_and_check(repo_root, files, config, source, nki_modules, staging, log)
+        for variant in VARIANTS:
+            final = out_dir / variant.dir_name
+            shutil.rmtree(final, ignore_errors=True)
+            (staging / variant.dir_name).rename(final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
     bench_report = repo_root / BENCH_REPORT
     benchmark_scripts = sorted(p.name for p in (repo_root / BENCHMARKS_DIR).glob(BENCHMARK_PATTERN))
