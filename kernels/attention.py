@@ -64,6 +64,7 @@ KV_BLOCK = 4 * SCORE_COLS                       # 2048 keys softmaxed at once (4
 PSUM_BANK_BYTES = nl.tile_size.psum_bank_fmax_bytes   # 2048
 SCORE_TILE_BYTES = 3 * PSUM_BANK_BYTES          # fp32 scores of one head group
 MAX_GROUP_HEADS = 8                             # query heads per score tile
+LSE_DELAY_STEPS = 2                             # pipeline steps between a tile's store and its lse
 MIN_HEAD_DIM, MAX_HEAD_DIM = 32, 256
 KV_RESIDENT_BYTES = 96 * 1024                   # SBUF bytes per partition for resident K^T and V
 MASKED_SCORE = -3.0e38                          # additive causal mask value (finite; exp() -> 0)
@@ -99,7 +100,7 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
     ctx = {"q": q, "k": k, "v": v, "mask": mask, "scale": float(scale), "layout": layout, "dtype": dtype, "D": D,
            "Sk": Sk, "rep": rep, "flat": flat, "kv_group": kv_group, "q_group": q_group, "k_units": k_units,
            "k_chunks": k_chunks, "q_units": q_units, "q_chunks": q_chunks, "causal_bias": causal_bias,
-           "use_dma_transpose": use_dma_transpose, "out": out, "lse": lse}
+           "use_dma_transpose": use_dma_transpose, "out": out, "lse": lse, "lse_pending": [], "step": 0}
 
     # Work items: (batch, kv-head group, query tile, head group), in loop order.
     items = []
@@ -124,6 +125,7 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
         run = []
         if item is not None:
             _attend_online(item, ctx)
+        _flush_lse(ctx)
     if return_lse:
         return out, lse
     return out
@@ -301,12 +303,31 @@ def _load_mask(mask, b, h, q0, mq, k0, nk):
 
 
 def _store_tile(tile, ctx):
-    """Output tile (all heads of the group, one DMA) and lse."""
+    """Output tile (all heads of the group, one DMA); its lse is queued for ``_store_lse``: lse =
+    m + ln(l) = -ln(1/l) - (-m) for all heads at once (one ScalarE log, one VectorE op; GpSimd
+    stays free for the loads it serves), then a DMA transpose so that the store writes each
+    head's queries contiguously."""
     b, h0, q0, mq = tile["b"], tile["h0"], tile["q0"], tile["mq"]
     out, lse, layout, q_group = ctx["out"], ctx["lse"], ctx["layout"], ctx["q_group"]
     nisa.dma_copy(dst=_seq_view(out, layout, b, q0, q0 + mq, h0, h0 + q_group), src=tile["o_sb"][:mq])
     if lse is not None:
-        nisa.dma_copy(dst=lse[b, h0:h0 + q_group, q0:q0 + mq].permute((1, 0)), src=tile["lse_sb"][:mq])
+        ctx["lse_pending"].append((ctx["step"], tile))
+
+
+def _store_lse(tile, ctx):
+    """lse of a stored tile; issued a pipeline step later so ScalarE does not wait for its 1/l."""
+    b, h0, q0, mq = tile["b"], tile["h0"], tile["q0"], tile["mq"]
+    lse, q_group = ctx["lse"], ctx["q_group"]
+    log_inv_sum = nl.ndarray((Q_TILE, q_group), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=log_inv_sum[:mq], op=nl.log, data=tile["inv_sum"][:mq])
+    lse_sb = nl.ndarray((Q_TILE, q_group), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.scalar_tensor_tensor(dst=lse_sb[:mq], data=log_inv_sum[:mq], op0=nl.multiply, operand0=-1.0,
+                              op1=nl.subtract, operand1=tile["neg_max"][:mq])
+    for c0 in range(0, q_group, P_MAX):
+        n = min(P_MAX, q_group - c0)
+        lse_t = nl.ndarray((P_MAX, Q_TILE), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=lse_t[:n, :mq], src=lse_sb[:mq, c0:c0 + n])
+        nisa.dma_copy(dst=lse[b, h0 + c0:h0 + c0 + n, q0:q0 + mq], src=lse_t[:n, :mq])
 
 
 # ---- attention of one (query tile, head group) ------------------------------------------------------
@@ -320,6 +341,8 @@ def _pipeline(items, ctx):
     that at most one score tile is live in PSUM."""
     n = len(items)
     for step in range(n + 2):
+        ctx["step"] += 1
+        _flush_lse(ctx, min_age=LSE_DELAY_STEPS)
         if 2 <= step:
             _stage_transpose(items[step - 2], ctx)
         if 1 <= step <= n:
@@ -329,6 +352,17 @@ def _pipeline(items, ctx):
         if 2 <= step:
             _stage_pv(items[step - 2], ctx)
             _stage_output(items[step - 2], ctx)
+
+
+def _flush_lse(ctx, min_age=0):
+    """Issue the lse of tiles stored at least ``min_age`` pipeline steps ago."""
+    keep = []
+    for step, tile in ctx["lse_pending"]:
+        if ctx["step"] - step >= min_age:
+            _store_lse(tile, ctx)
+        else:
+            keep.append((step, tile))
+    ctx["lse_pending"] = keep
 
 
 def _ensure_loaded(tile, ctx):
@@ -353,7 +387,8 @@ def _stage_scores(item, ctx):
     scores = _scores(item, ctx, 0, nb, _score_stride(nb))
     _add_masks(scores, item, ctx, 0, nb)
     item["scores"] = scores
-    item["neg_max"] = _row_neg_max(scores, mq, heads, nb)
+    item["neg_max"] = tile["neg_max"][:, item["hs"]:item["hs"] + heads]
+    _row_neg_max(item["neg_max"], scores, mq, nb)
 
 
 def _stage_exp(item, ctx):
@@ -368,10 +403,10 @@ def _stage_transpose(item, ctx):
 
 
 def _stage_pv(item, ctx):
-    """Pipeline stage 3b: [O | l] = P [V | 1], 1 / l and lse."""
+    """Pipeline stage 3b: [O | l] = P [V | 1] and 1 / l."""
     tile = item["tile"]
     item["o_psum"] = _pv(item["banks"], item, ctx, 0, tile["n_keys"])
-    item["inv_sum"] = _inverse_sum_and_lse(item["o_psum"], item["neg_max"], item, ctx)
+    item["inv_sum"] = _inverse_sum(item["o_psum"], item, ctx)
 
 
 def _stage_output(item, ctx):
@@ -393,7 +428,9 @@ def _load_query_tile(tile, ctx):
         q_t = _pe_transposed(ctx["q"], ctx, b, q0, mq, h0, n, ctx["q_units"], ctx["scale"])
     tile["q_t"] = q_t
     tile["o_sb"] = nl.ndarray((Q_TILE, n, ctx["D"]), dtype=ctx["dtype"], buffer=nl.sbuf)
-    tile["lse_sb"] = nl.ndarray((Q_TILE, n), dtype=nl.float32, buffer=nl.sbuf) if ctx["lse"] is not None else None
+    # Per query row and head: -max (the exp bias, also for lse) and 1/l (normalisation, lse).
+    tile["neg_max"] = nl.ndarray((Q_TILE, n), dtype=nl.float32, buffer=nl.sbuf)
+    tile["inv_sum"] = nl.ndarray((Q_TILE, n), dtype=nl.float32, buffer=nl.sbuf)
     tile["shared_mask"] = None
     mask = ctx["mask"]
     if mask is not None and mask.shape[1] == 1 and tile["n_keys"] <= KV_BLOCK:
@@ -443,11 +480,9 @@ def _add_masks(scores, item, ctx, kb0, nb):
                            data2=causal_bias[:mq, :d1 - d0].expand_dim(1).broadcast(1, heads), op=nl.add)
 
 
-def _row_neg_max(scores, mq, heads, nb):
-    """-max over keys of every row, for all heads of the group in one reduction."""
-    neg_max = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+def _row_neg_max(neg_max, scores, mq, nb):
+    """neg_max[:, g] = -max over keys of every row of head g: all heads of the group in one reduction."""
     nisa.tensor_reduce(dst=neg_max[:mq], op=nl.maximum, data=scores[:mq, :, :nb], axis=2, negate=True)
-    return neg_max
 
 
 def _exp(scores, neg_max, mq, heads, nb, dtype):
@@ -495,17 +530,11 @@ def _pv(banks, item, ctx, kb0, nb):
     return o_psum
 
 
-def _inverse_sum_and_lse(o_acc, neg_max, item, ctx):
-    """1 / l for the normalisation, and lse = m + ln(l) (the subtraction on GpSimd, from SBUF)."""
+def _inverse_sum(o_acc, item, ctx):
+    """1 / l of the group's rows (l = the ones column of [O | l]) into the tile's inv_sum."""
     tile, hs, heads = item["tile"], item["hs"], item["heads"]
-    mq, D = tile["mq"], ctx["D"]
-    inv_sum = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.reciprocal(dst=inv_sum[:mq], data=o_acc[:mq, :, D])
-    if tile["lse_sb"] is not None:
-        log_sum = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=log_sum[:mq], op=nl.log, data=o_acc[:mq, :, D])
-        nisa.tensor_tensor(dst=tile["lse_sb"][:mq, hs:hs + heads], data1=log_sum[:mq], data2=neg_max[:mq],
-                           op=nl.subtract, engine=nisa.engine.gpsimd)
+    inv_sum = tile["inv_sum"][:, hs:hs + heads]
+    nisa.reciprocal(dst=inv_sum[:tile["mq"]], data=o_acc[:tile["mq"], :, ctx["D"]])
     return inv_sum
 
 
@@ -527,7 +556,8 @@ def _attend_online(item, ctx):
         nb = min(KV_BLOCK, n_keys - kb0)
         scores = _scores(item, ctx, kb0, nb, KV_BLOCK)
         _add_masks(scores, item, ctx, kb0, nb)
-        block_neg_max = _row_neg_max(scores, mq, heads, nb)
+        block_neg_max = nl.ndarray((Q_TILE, heads), dtype=nl.float32, buffer=nl.sbuf)
+        _row_neg_max(block_neg_max, scores, mq, nb)
         if neg_max is None:
             neg_max = block_neg_max
             probs = _exp(scores, neg_max, mq, heads, nb, dtype)
@@ -548,6 +578,7 @@ def _attend_online(item, ctx):
         nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=alpha[:mq].expand_dim(2).broadcast(2, D + 1),
                            op=nl.multiply)
         nisa.tensor_tensor(dst=acc[:mq], data1=acc[:mq], data2=o_psum[:mq], op=nl.add)
-    _normalize(acc, _inverse_sum_and_lse(acc, neg_max, item, ctx), item, ctx)
+    _normalize(acc, _inverse_sum(acc, item, ctx), item, ctx)
+    nisa.tensor_copy(dst=tile["neg_max"][:mq, item["hs"]:item["hs"] + heads], src=neg_max[:mq])
     if item["last"]:
         _store_tile(tile, ctx)
