@@ -323,6 +323,9 @@ def _store_lse(tile, ctx):
     lse_sb = nl.ndarray((Q_TILE, q_group), dtype=nl.float32, buffer=nl.sbuf)
     nisa.scalar_tensor_tensor(dst=lse_sb[:mq], data=log_inv_sum[:mq], op0=nl.multiply, operand0=-1.0,
                               op1=nl.subtract, operand1=tile["neg_max"][:mq])
+    if not ctx["use_dma_transpose"]:     # trn1: element-strided store
+        nisa.dma_copy(dst=lse[b, h0:h0 + q_group, q0:q0 + mq].permute((1, 0)), src=lse_sb[:mq])
+        return
     for c0 in range(0, q_group, P_MAX):
         n = min(P_MAX, q_group - c0)
         lse_t = nl.ndarray((P_MAX, Q_TILE), dtype=nl.float32, buffer=nl.sbuf)
