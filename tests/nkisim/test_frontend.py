@@ -10,7 +10,7 @@ import torch
 
 import nkisim
 
-from conftest import BF16, nisa, nki, nl
+from nkisim_helpers import BF16, nisa, nki, nl
 
 
 @nki.jit

@@ -6,7 +6,7 @@ import pytest
 
 from nkisim.errors import ShapeError, TargetError
 
-from conftest import BF16, nisa, nki, nl, run_tile
+from nkisim_helpers import BF16, nisa, nki, nl, run_tile
 
 RNG = np.random.default_rng(2)
 RC = nisa.reduce_cmd

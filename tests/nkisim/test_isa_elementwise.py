@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import BF16, nisa, nl, run_tile
+from nkisim_helpers import BF16, nisa, nl, run_tile
 
 RNG = np.random.default_rng(0)
 

@@ -5,7 +5,7 @@ import pytest
 
 from nkisim.errors import NotSimulatedError, TargetError
 
-from conftest import nisa, nl, run_tile
+from nkisim_helpers import nisa, nl, run_tile
 
 RNG = np.random.default_rng(5)
 
@@ -115,7 +115,7 @@ def test_random_instructions_are_seeded_and_in_range():
 def test_dma_transpose_gather_with_2d_indices():
     """The dma_transpose docstring's indirect example: flat = indices.T.flatten(); dst = src[flat].T."""
     import ml_dtypes
-    from conftest import nki
+    from nkisim_helpers import nki
     src = RNG.standard_normal((256, 128)).astype(ml_dtypes.bfloat16)
     idx = RNG.integers(0, 256, (128, 2)).astype(np.uint32)
 

@@ -5,7 +5,7 @@ import pytest
 
 from nkisim.errors import (CapacityError, KernelError, MemoryPlacementError, NkiError, PartitionError, ShapeError)
 
-from conftest import nisa, nki, nl
+from nkisim_helpers import nisa, nki, nl
 
 
 def _run(kernel, *args):

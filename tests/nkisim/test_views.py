@@ -6,7 +6,7 @@ import pytest
 import nkisim
 from nkisim.errors import AccessPatternError, ShapeError
 
-from conftest import nisa, nki, nl
+from nkisim_helpers import nisa, nki, nl
 
 
 def _in_kernel(fn):
