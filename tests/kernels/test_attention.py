@@ -219,6 +219,11 @@ def test_trn1_transposes_on_tensor_engine(monkeypatch, layout, q_heads, kv_heads
     assert "dma_transpose" not in trace.names()
 
 
+def test_trn3(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    run_and_check(1, 4, 4, 197, 197, 64, is_causal=True, mask_shape=(1, 1))
+
+
 @pytest.mark.parametrize("q_shape,kv_shape,match", [
     ((1, 2, 16, 300), (1, 2, 16, 300), "MAX_HEAD_DIM"),
     ((1, 2, 16, 16), (1, 2, 16, 16), "MAX_HEAD_DIM"),
