@@ -20,6 +20,7 @@ import numpy as np
 
 from . import dtypes as dt
 from . import runtime
+from . import trace as trace_mod
 from . import target as target_mod
 from .errors import KernelError
 from .tensor import SHARED_HBM, NkiTensor, Storage
@@ -184,11 +185,16 @@ def launch(fn, lnc: int, args: tuple, kwargs: dict):
     if lnc == 1:
         program(0)
     else:
+        marks = [(t, len(t.instructions)) for t in trace_mod._active]
         threads = [threading.Thread(target=program, args=(p,), name=f"nkisim-lnc-{p}") for p in range(lnc)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        # The threads interleave their records arbitrarily; keep traces deterministic: program 0's
+        # instructions, then program 1's, each in program order.
+        for t, start in marks:
+            t.instructions[start:] = sorted(t.instructions[start:], key=lambda i: (i.program_id, i.index))
     if errors:
         # A program blocked on a partner that failed reports a follow-up error; show the cause.
         first = min(errors, key=lambda p: (isinstance(errors[p], KernelError) and "waits for program" in str(errors[p]), p))

@@ -107,6 +107,8 @@ def test_lnc2_programs_split_work_into_one_shared_output():
     np.testing.assert_array_equal(out[:128], 1.0)
     np.testing.assert_array_equal(out[128:], 2.0)
     assert {i.program_id for i in t} == {0, 1}
+    ids = [(i.program_id, i.index) for i in t]
+    assert ids == sorted(ids)       # deterministic order although the programs ran as two threads
     np.testing.assert_array_equal(nki.simulate(lnc_scale_kernel[2])(a), out)
     np.testing.assert_array_equal(lnc_scale_kernel(a[:128]), 1.0)     # LNC=1: one program, all rows
 
