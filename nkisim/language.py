@@ -196,12 +196,12 @@ def full(shape, fill_value, dtype, buffer=SBUF, name=""):
     return _filled(shape, dtype, buffer, fill_value, name)
 
 
-def zeros_like(a, dtype=None, buffer=None, name=""):
-    return zeros(a.shape, dtype or a.dtype, buffer=buffer or SBUF, name=name)
+def zeros_like(x, dtype=None, buffer=None, name=""):
+    return zeros(x.shape, dtype or x.dtype, buffer=buffer or SBUF, name=name)
 
 
-def empty_like(a, dtype=None, buffer=None, name=""):
-    return ndarray(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+def empty_like(x, dtype=None, buffer=None, name=""):
+    return ndarray(x.shape, dtype or x.dtype, buffer=buffer or x.buffer, name=name)
 
 
 # ---- programs and loops -----------------------------------------------------------------------------
@@ -220,9 +220,9 @@ def program_ndim():
     return 1
 
 
-def affine_range(*args):
+def affine_range(start, stop=None, step=1):
     """Deprecated alias of ``range`` (fully unrolled at trace time)."""
-    return range(*args)
+    return range(start) if stop is None else range(start, stop, step)
 
 
 sequential_range = static_range = affine_range

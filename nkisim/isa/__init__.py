@@ -8,7 +8,7 @@
 | ``vector_scan`` | tensor_tensor_scan, tensor_scalar_cumulative, tensor_partition_reduce (GpSimd), nc_stream_shuffle |
 | ``scalar_engine`` | activation, activation_reduce, activate2 (trn3) |
 | ``gpsimd`` | iota, affine_select |
-| ``dma`` | dma_copy, dma_transpose (trn2+) |
+| ``dma`` | dma_copy (incl. vector_offset gather/scatter), dma_transpose (trn2+), dma_compute |
 | ``lnc`` | core_barrier, sendrecv (LNC=2 launches run as two threads) |
 | ``random`` | rng, rand2, dropout, set_rng_seed (NumPy PRNG, not the hardware's) |
 | ``registers`` | VirtualRegister, register_alloc/move/load/store (and nl.fori_loop / nl.while_loop) |
@@ -22,7 +22,7 @@ from ..errors import NkiError as NkiValidationError  # noqa: F401
 from ..errors import NotSimulatedError
 from ..target import get as _get_target
 from ..trace import Instruction as NkiInstruction  # noqa: F401
-from .dma import dma_copy, dma_transpose
+from .dma import dma_compute, dma_copy, dma_transpose
 from .enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from .gpsimd import affine_select, iota
 from .lnc import core_barrier, sendrecv
@@ -53,12 +53,17 @@ def _not_simulated(api: str, why: str):
 # NKI 0.6 instructions without a simulation here: MX and
 # random-number instructions, gathers and top-k helpers.
 _MISSING = {
-    "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats", "dma_compute": "DMA read-modify-write",
+    "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats",
     "rand_set_state": "PRNG state", "rand_get_state": "PRNG state",
     "local_gather": "gathers", "nc_n_gather": "gathers", "sequence_bounds": "segment helpers",
     "nonzero_with_count": "gathers", "topk": "top-k helpers",
 }
 globals().update({api: _not_simulated(api, why) for api, why in _MISSING.items()})
+
+
+def get_nc_sub_version() -> int:
+    """Silicon revision within the generation: nkisim models the first revision (0)."""
+    return 0
 
 
 def get_nc_version() -> nc_version:
@@ -67,12 +72,12 @@ def get_nc_version() -> nc_version:
 
 
 __all__ = [
-    "activate2", "dma_copy", "dma_transpose", "affine_select", "iota", "activation", "activation_reduce", "nc_matmul",
+    "activate2", "dma_compute", "dma_copy", "dma_transpose", "affine_select", "iota", "activation", "activation_reduce", "nc_matmul",
     "nc_transpose", "memset", "reciprocal", "scalar_tensor_tensor", "tensor_copy", "tensor_copy_predicated",
     "tensor_reduce", "tensor_scalar", "tensor_tensor", "bn_aggr", "bn_stats", "exponential", "max8", "range_select",
     "select_reduce", "tensor_scalar_reduce", "nc_stream_shuffle", "tensor_partition_reduce",
     "tensor_scalar_cumulative", "tensor_tensor_scan", "VirtualRegister", "register_alloc", "register_load", "register_move",
     "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
-    "get_nc_version", "NkiInstruction", "NkiValidationError", "core_barrier", "sendrecv",
+    "get_nc_version", "get_nc_sub_version", "NkiInstruction", "NkiValidationError", "core_barrier", "sendrecv",
     "dropout", "rand2", "rng", "set_rng_seed", "nc_find_index8", "nc_match_replace8",
 ]

@@ -142,3 +142,47 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unk
             raise limit_error(ShapeError, instr, "src", "rows (hwdge, 2-D)", src.shape[0], f"exactly {HWDGE_TRANSPOSE_ROWS}")
     dst.numpy()[...] = np.transpose(src.numpy(), axes)
     return run.emit(instr, "dma", reads=[("src", src)], writes=[("dst", dst)], label=name, axes=axes)
+
+
+MAX_DMA_COMPUTE_SRCS = 16
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode_enum.error, name=None):
+    """``dst = reduce_op(srcs[0] * scales[0], ...)`` inside the DMA engines, in fp32: only ``nl.add``
+    and unit scales are supported (as documented). Sources or dst may be vector_offset views, which
+    gives the scatter/gather read-modify-write forms (all reads happen before the write)."""
+    from .. import ops as ops_mod
+    instr = "dma_compute"
+    run = runtime.begin(instr)
+    srcs = list(srcs)
+    if not 1 <= len(srcs) <= MAX_DMA_COMPUTE_SRCS:
+        raise limit_error(ShapeError, instr, "srcs", "count", len(srcs), f"1..{MAX_DMA_COMPUTE_SRCS}")
+    roles = [("dst", dst)] + [(f"srcs[{i}]", s) for i, s in enumerate(srcs)]
+    _dma_operands(instr, roles)
+    if reduce_op is not ops_mod.add:
+        raise ShapeError(f"{instr}: reduce_op must be nl.add (the only one supported), got {reduce_op!r}")
+    if scales is not None and any(float(s) != 1.0 for s in scales):
+        raise ShapeError(f"{instr}: scales must all be 1.0 (or None), got {list(scales)}")
+    if not unique_indices:
+        raise ShapeError(f"{instr}: unique_indices=False is not supported (non-unique scatter indices)")
+    for role, t in roles[1:]:
+        if t.size != dst.size:
+            raise ShapeError(f"{instr}: operand '{role}' has {t.size} elements, dst has {dst.size}; counts must match")
+    row_mask = None             # gather/scatter rows inside bounds (all rows unless oob_mode=skip)
+    for role, t in roles:
+        ok = _rows_in_bounds(instr, role, t, oob_mode)
+        if ok is not None:
+            if t.shape[0] != dst.shape[0]:
+                raise ShapeError(f"{instr}: indirect operand '{role}' has {t.shape[0]} rows, dst has {dst.shape[0]}; "
+                                 f"they must match")
+            row_mask = ok if row_mask is None else row_mask & ok
+    total = np.zeros(dst.shape, np.float32)
+    for src in srcs:
+        if src.gather is not None:      # out-of-bounds rows (skipped below) read a clamped address
+            values = src.storage.data[np.clip(src.flat_indices(), 0, src.storage.data.size - 1)]
+        else:
+            values = src.numpy()
+        total += dt.to_fp32(np.asarray(values), src.dtype).reshape(dst.shape)
+    dst.assign(dt.cast(total, dst.dtype), row_mask=row_mask)
+    return run.emit(instr, "dma", reads=[(f"srcs[{i}]", s) for i, s in enumerate(srcs)], writes=[("dst", dst)],
+                    label=name, reduce_op="add")

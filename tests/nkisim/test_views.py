@@ -245,3 +245,29 @@ def test_language_guide_view_examples():
                 f.ap(pattern=pattern).shape, h[0, :, :].shape, t.buffer == nl.sbuf, t.dtype == nl.float32)
     assert _in_kernel(body) == ((64, 64), (64, 64, 32), (64, 64, 64), (1, 64, 64), (1, 32, 64), (64, 4), (128, 512),
                                 (64, 1024), (128, 32), True, True)
+
+
+def test_dma_compute_plain_and_scatter_add():
+    table = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    rows = np.ones((3, 4), np.float32)
+    idx = np.array([[1], [5], [6]], np.int32)
+
+    def kernel(t, r, i):
+        a = nl.ndarray((8, 4), nl.float32)
+        nisa.dma_copy(dst=a, src=t)
+        doubled = nl.ndarray((8, 4), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_compute(dst=doubled, srcs=[a, t], reduce_op=nl.add)
+        idx_sb = nl.ndarray((3, 1), nl.int32)
+        nisa.dma_copy(dst=idx_sb, src=i)
+        r_sb = nl.ndarray((3, 4), nl.float32)
+        nisa.dma_copy(dst=r_sb, src=r)
+        scattered = t.ap([[4, 3], [1, 4]], vector_offset=idx_sb, indirect_dim=0)     # RMW into the input table
+        nisa.dma_compute(dst=scattered, srcs=[scattered, r_sb], reduce_op=nl.add)
+        return doubled
+
+    data = table.copy()
+    doubled = nki.simulate(kernel)(data, rows, idx)
+    np.testing.assert_array_equal(doubled, 2 * table)
+    expected = table.copy()
+    expected[[1, 5, 6]] += 1
+    np.testing.assert_array_equal(data, expected)
