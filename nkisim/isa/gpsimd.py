@@ -1,4 +1,4 @@
-"""GpSimdE instructions: ``iota`` and ``affine_select`` (nki-reference.md section 2.4).
+"""GpSimdE instructions: ``iota``, ``affine_select``, ``nonzero_with_count`` (nki-reference.md 2.4).
 
 Both evaluate the affine index expression ``offset + p * channel_multiplier + sum(step_i * j_i)``
 over the partition ``p`` and the free loop nest ``pattern = [[step, num], ...]`` (up to 4-D),
@@ -11,9 +11,10 @@ import math
 
 import numpy as np
 
+from .. import dtypes as dt
 from .. import ops as ops_mod
 from .. import runtime
-from ..errors import ShapeError, limit_error
+from ..errors import DtypeError, ShapeError, limit_error
 from ..tensor import SBUF, NkiTensor
 from . import _checks as chk
 
@@ -70,3 +71,35 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     chk.write_2d(dst, values)
     return run.emit(instr, "gpsimd", reads=[("on_true_tile", on_true_tile)], writes=[("dst", dst)], label=name,
                     cmp_op=cmp_op.name)
+
+
+GPSIMD_CORE_PARTITIONS = 16     # each of the 8 GpSimd cores serves 16 partitions
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """trn2+: per GpSimd core (partitions 0, 16, ..., 112 only), the indices (+ ``index_offset``) of
+    the nonzero elements of ``src``, then ``padding_val`` fill, then the count in the extra last slot.
+    Other partitions of ``dst`` are left unmodified."""
+    instr = "nonzero_with_count"
+    run = runtime.begin(instr)
+    chk.target_at_least(instr, "nisa.nonzero_with_count", run.target, 3)
+    operands = [("dst", dst), ("src", src)]
+    chk.gpsimd_no_psum(instr, operands)
+    chk.on_chip_operands(instr, operands, allowed=(SBUF,))
+    chk.same_partitions(instr, operands)
+    if dst.free_size != src.free_size + 1:
+        raise ShapeError(f"{instr}: dst has {dst.free_size} elements per partition, it needs src's "
+                         f"{src.free_size} + 1 (the count)")
+    if src.dtype not in (dt.float32, dt.int32) or dst.dtype != dt.int32:
+        raise DtypeError(f"{instr}: src must be float32 or int32 and dst int32, got {dt.name(src.dtype)} and "
+                         f"{dt.name(dst.dtype)}")
+    values = np.asarray(src.numpy()).reshape(src.shape[0], -1)
+    out = np.array(dst.numpy()).reshape(dst.shape[0], -1)
+    for p in range(0, src.shape[0], GPSIMD_CORE_PARTITIONS):
+        hits = np.flatnonzero(values[p] != 0)
+        row = np.full(out.shape[1], int(padding_val), dtype=np.int64)
+        row[:hits.size] = hits + int(index_offset)
+        row[-1] = hits.size
+        out[p] = row
+    dst.assign(out.reshape(dst.shape).astype(np.int32))
+    return run.emit(instr, "gpsimd", reads=[("src", src)], writes=[("dst", dst)], label=name)

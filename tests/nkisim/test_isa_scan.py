@@ -133,3 +133,20 @@ def test_dma_transpose_gather_with_2d_indices():
 
     out = gather_transpose_2d_kernel(src, idx)
     np.testing.assert_array_equal(out.view(np.uint16), src[idx.T.flatten()].T.view(np.uint16))
+
+
+def test_nonzero_with_count_docstring_example():
+    src = np.zeros((32, 8), np.float32)
+    src[0] = [0, 1, 1, 0, 0, 1, 0, 0]
+    src[16] = [5, 0, 0, 0, 0, 0, 0, 2]
+
+    def body(t):
+        d = nl.ndarray((32, 9), nl.int32)
+        nisa.memset(dst=d, value=7)
+        nisa.nonzero_with_count(dst=d, src=t, index_offset=16, padding_val=-1)
+        return d
+
+    out = run_tile(body, src, out_shapes=[(32, 9)], out_dtypes=[np.int32])
+    np.testing.assert_array_equal(out[0], [17, 18, 21, -1, -1, -1, -1, -1, 3])
+    np.testing.assert_array_equal(out[16], [16, 23, -1, -1, -1, -1, -1, -1, 2])
+    assert (out[1] == 7).all()          # only partitions 0, 16, ... are written
