@@ -98,7 +98,6 @@ class _Arg:
         if np.array_equal(self.storage.data.view(np.uint8), self.original.view(np.uint8)):
             return
         if self.is_torch:
-            import torch
             self.value.copy_(_numpy_to_torch(self.storage.data.reshape(self.value.shape)))
         else:
             self.value[...] = self.storage.data.reshape(self.value.shape)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 
 from . import trace as trace_mod
-from .errors import CapacityError, KernelError
+from .errors import KernelError
 from .target import Target
-from .tensor import ON_CHIP, PSUM, SBUF, SHARED_HBM, NkiTensor, Storage
+from .tensor import ON_CHIP, PSUM, SHARED_HBM, NkiTensor, Storage
 
 
 POLL_SECONDS = 0.02

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from . import dtypes as dt
-from .errors import AccessPatternError, KernelError
+from .errors import AccessPatternError
 from .tensor_views import ViewMethods, _alias, _contiguous_strides, _is_contiguous, ds, runtime_int  # noqa: F401
 
 SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM = "sbuf", "psum", "hbm", "shared_hbm", "private_hbm"

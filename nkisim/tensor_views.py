@@ -9,11 +9,15 @@ tensors are described in ``nkisim/tensor.py``.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import dtypes as dt
 from .errors import AccessPatternError, ShapeError
+
+if TYPE_CHECKING:
+    from .tensor import NkiTensor
 
 PSUM = "psum"
 

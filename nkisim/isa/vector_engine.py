@@ -13,7 +13,7 @@ from .. import dtypes as dt
 from .. import ops as ops_mod
 from .. import runtime
 from ..errors import DtypeError, MemoryPlacementError, ShapeError, TargetError
-from ..tensor import PSUM, SBUF, NkiTensor
+from ..tensor import PSUM, NkiTensor
 from . import _checks as chk
 
 

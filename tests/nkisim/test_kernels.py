@@ -1,7 +1,6 @@
 """Complete small kernels written from the nki-reference.md section 7 idioms, checked against NumPy."""
 
 import numpy as np
-import pytest
 
 import nkisim
 

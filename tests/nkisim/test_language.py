@@ -5,7 +5,7 @@ import pytest
 
 import nkisim
 
-from nkisim_helpers import BF16, nisa, nki, nl
+from nkisim_helpers import nisa, nki, nl
 
 RNG = np.random.default_rng(4)
 
