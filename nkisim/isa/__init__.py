@@ -7,7 +7,7 @@
 | ``vector_reduce`` | tensor_scalar_reduce, exponential (trn3), range_select (trn2+), select_reduce, bn_stats, bn_aggr, max8, nc_find_index8, nc_match_replace8 |
 | ``vector_scan`` | tensor_tensor_scan, tensor_scalar_cumulative, tensor_partition_reduce (GpSimd), nc_stream_shuffle |
 | ``scalar_engine`` | activation, activation_reduce, activate2 (trn3) |
-| ``gpsimd`` | iota, affine_select, nonzero_with_count (trn2+) |
+| ``gpsimd`` | iota, affine_select, nonzero_with_count (trn2+), nc_n_gather |
 | ``dma`` | dma_copy (incl. vector_offset gather/scatter), dma_transpose (trn2+), dma_compute |
 | ``lnc`` | core_barrier, sendrecv (LNC=2 launches run as two threads) |
 | ``random`` | rng, rand2, dropout, set_rng_seed (NumPy PRNG, not the hardware's) |
@@ -24,7 +24,7 @@ from ..target import get as _get_target
 from ..trace import Instruction as NkiInstruction  # noqa: F401
 from .dma import dma_compute, dma_copy, dma_transpose
 from .enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
-from .gpsimd import affine_select, iota, nonzero_with_count
+from .gpsimd import affine_select, iota, nc_n_gather, nonzero_with_count
 from .lnc import core_barrier, sendrecv
 from .random import dropout, rand2, rng, set_rng_seed
 from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store
@@ -55,7 +55,7 @@ def _not_simulated(api: str, why: str):
 _MISSING = {
     "nc_matmul_mx": "MX formats", "quantize_mx": "MX formats",
     "rand_set_state": "PRNG state", "rand_get_state": "PRNG state",
-    "local_gather": "gathers", "nc_n_gather": "gathers", "sequence_bounds": "segment helpers",
+    "local_gather": "cross-partition gathers", "sequence_bounds": "segment helpers",
     "topk": "the 16-partition snake layout of its docs is ambiguous",
 }
 globals().update({api: _not_simulated(api, why) for api, why in _MISSING.items()})
@@ -79,5 +79,5 @@ __all__ = [
     "tensor_scalar_cumulative", "tensor_tensor_scan", "VirtualRegister", "register_alloc", "register_load", "register_move",
     "register_store", "dge_mode", "dma_engine", "engine", "matmul_perf_mode", "nc_version", "oob_mode", "reduce_cmd",
     "get_nc_version", "get_nc_sub_version", "NkiInstruction", "NkiValidationError", "core_barrier", "sendrecv",
-    "dropout", "rand2", "rng", "set_rng_seed", "nc_find_index8", "nc_match_replace8", "nonzero_with_count",
+    "dropout", "rand2", "rng", "set_rng_seed", "nc_find_index8", "nc_match_replace8", "nonzero_with_count", "nc_n_gather",
 ]

@@ -103,3 +103,28 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
         out[p] = row
     dst.assign(out.reshape(dst.shape).astype(np.int32))
     return run.emit(instr, "gpsimd", reads=[("src", src)], writes=[("dst", dst)], label=name)
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """``dst[p, j] = data[p, indices[p, j]]`` over each partition's flattened free dims (GpSimd,
+    SBUF only, uint32 indices, bit-exact; dst has data's dtype and indices' element count)."""
+    instr = "nc_n_gather"
+    run = runtime.begin(instr)
+    operands = [("dst", dst), ("data", data), ("indices", indices)]
+    chk.gpsimd_no_psum(instr, operands)
+    chk.on_chip_operands(instr, operands, allowed=(SBUF,))
+    chk.same_partitions(instr, operands)
+    chk.same_free_size(instr, [("dst", dst), ("indices", indices)])
+    if indices.dtype != dt.uint32:
+        raise DtypeError(f"{instr}: operand 'indices' dtype is {dt.name(indices.dtype)}, it must be uint32")
+    if dst.dtype != data.dtype:
+        raise DtypeError(f"{instr}: dst dtype {dt.name(dst.dtype)} must equal data dtype {dt.name(data.dtype)}")
+    p = data.shape[0]
+    idx = np.asarray(indices.numpy()).reshape(p, -1).astype(np.int64)
+    if idx.size and idx.max() >= data.free_size:
+        raise limit_error(ShapeError, instr, "indices", "maximum index", int(idx.max()),
+                          f"{data.free_size - 1} (elements per partition of data - 1)")
+    gathered = np.take_along_axis(np.asarray(data.numpy()).reshape(p, -1), idx, axis=1)
+    dst.assign(gathered.reshape(dst.shape))
+    return run.emit(instr, "gpsimd", reads=[("data", data), ("indices", indices)], writes=[("dst", dst)],
+                    label=name)

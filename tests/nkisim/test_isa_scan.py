@@ -150,3 +150,16 @@ def test_nonzero_with_count_docstring_example():
     np.testing.assert_array_equal(out[0], [17, 18, 21, -1, -1, -1, -1, -1, 3])
     np.testing.assert_array_equal(out[16], [16, 23, -1, -1, -1, -1, -1, -1, 2])
     assert (out[1] == 7).all()          # only partitions 0, 16, ... are written
+
+
+def test_nc_n_gather():
+    data = _x((16, 4, 8))
+    idx = RNG.integers(0, 32, (16, 10)).astype(np.uint32)
+
+    def body(d, i):
+        o = nl.ndarray((16, 10), nl.float32)
+        nisa.nc_n_gather(dst=o, data=d, indices=i)
+        return o
+
+    out = run_tile(body, data, idx, out_shapes=[(16, 10)])
+    np.testing.assert_array_equal(out, np.take_along_axis(data.reshape(16, -1), idx.astype(np.int64), axis=1))
