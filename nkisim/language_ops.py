@@ -6,8 +6,10 @@ the trace shows what the compiler would emit: ``nl.exp(x)`` -> ``activation``; `
 ``nl.matmul`` -> ``nc_matmul`` into a new fp32 PSUM tile (with an ``nc_transpose`` first when
 ``transpose_x=False``); ``nl.transpose`` -> TensorE ``nc_transpose`` into PSUM.
 
-Binary ops do not broadcast (as in NKI); a Python number operand becomes a ``tensor_scalar``
-operand. Result dtype: ``dtype=`` if given, else the promotion of the input dtypes (the NKI
+Binary ops broadcast only size-1 free dims (stride-0 views; the API examples combine a [P, F]
+tile with a [P, 1] tile), never the partition dim; a Python number operand becomes a
+``tensor_scalar`` operand. ``cos/tan/ceil/floor/trunc/fmod/mod`` (no documented ISA lowering)
+run as one VectorE pseudo-instruction "nl.<name>"; ``rand``/``dropout`` use NumPy's PRNG. Result dtype: ``dtype=`` if given, else the promotion of the input dtypes (the NKI
 promotion table: equal -> same; float beats int; fp16+bf16 -> fp32; fp8 e4m3+e5m2 -> bf16; the
 wider float otherwise; int8+uint8 -> int16; int32+uint32 -> fp32; otherwise the wider int).
 Limits: softmax reduces over all free dims; rms_norm needs ``w`` with the shape of ``x``;
