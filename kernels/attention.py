@@ -24,7 +24,8 @@ Algorithm (one pass; nothing but q, k, v, mask and the outputs touches HBM):
             S   += mask, causal triangle  VectorE, in place in PSUM (only the diagonal key tile)
             m    = rowmax(S)              VectorE, one reduction for the whole head group
             P    = exp(S - m)             ScalarE, bias = -m fused into the activation
-            P^T  128x128 transposes       TensorE -> PSUM, one ScalarE eviction per PSUM bank
+            P^T  128x128 transposes       TensorE -> PSUM, one eviction per PSUM bank on ScalarE
+                                          or VectorE, whichever has less work booked so far
             [O | l] = P^T.T @ [V | 1]     TensorE; the ones column of V yields the row sums l
             out  = O * (1 / l)            one VectorE op for the group, PSUM -> SBUF
           store the output tile (all heads, one DMA); lse = m + ln(l) for all heads at once
@@ -38,18 +39,19 @@ rounded to the input dtype for the matmuls, which accumulate in fp32.
 
 Tiles: Q_TILE = K_CHUNK = nl.tile_size.pmax (128); SCORE_COLS = nl.tile_size.gemm_moving_fmax
 (512) keys per QK^T matmul = one 2 KiB PSUM bank of fp32; a head group's scores take up to
-SCORE_TILE_BYTES (3 banks), each head at a bank-safe column stride; head dims above 128 split
+SCORE_TILE_BYTES (3 banks), heads packed densely, matmuls cut at bank boundaries; head dims above 128 split
 the QK^T contraction into 128-row chunks (PV keeps D + 1 <= 257 output columns in one matmul,
 N <= 512). In "bshd" with D dividing 128 (or a multiple of it) and no GQA, heads are
 DMA-transposed together, 128 partitions at a time: two 64-dim heads share a [128, tokens] tile
 (partitions 0-63 and 64-127). trn1 has no DMA transpose: there K and Q go through TensorE
 transposes instead.
 
-Cost-model estimate (nkisim.cost, trn2), ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, bf16,
-"bshd"): 72.5 us without lse, 76.6 us with lse, against a roofline bound of 26.7 us (HBM).
-VectorE and ScalarE are both ~87% busy: the row max (40 us of VectorE) and the exp plus the P^T
-evictions (32 + 32 us of ScalarE) are the floor of this algorithm at D=64, where every 197-key
-row costs the same engine time whether its query tile holds 128 or 69 rows.
+Cost-model estimates (nkisim.cost, trn2, bf16, "bshd"; roofline = max(FLOPs at 79 TFLOPS, q/k/v/o
+bytes at 362 GB/s)): ViT-B/16 (B=8, 197 tokens, 12 heads, D=64) 73.0 us, 77.0 us with lse, vs a
+26.7 us roofline; ViT-L/14@336 (B=1) 96 us vs 17.5; SigLIP-so400m (B=1) 150 us vs 31. VectorE
+and ScalarE bound it: per 128-query tile and head the row max (VectorE) and the exp (ScalarE)
+each cost one cycle per key whether the tile holds 128 or 69 queries, and P^T has to be evicted
+from PSUM once more; at ViT-B that is ~40 us of row max and ~64 us of exp + evictions.
 
 Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; scale > 0; one kv head's K^T and
 V must fit KV_RESIDENT_BYTES per partition (Sk <= 24576 for D <= 128 in 16-bit dtypes); rows that
@@ -71,6 +73,8 @@ KV_BLOCK = 4 * SCORE_COLS                       # 2048 keys softmaxed at once (4
 PSUM_BANK_BYTES = nl.tile_size.psum_bank_fmax_bytes   # 2048
 SCORE_TILE_BYTES = 3 * PSUM_BANK_BYTES          # fp32 scores of one head group
 MAX_GROUP_HEADS = 8                             # query heads per score tile
+ENGINE_GHZ = {"vector": 0.96, "scalar": 1.2}      # trn2 clocks (nki-reference 3), to balance evictions
+TINY_INSTRUCTION_CYCLES = 164                   # an instruction on a few elements: 64-cycle minimum + ~100 fixed
 LSE_DELAY_STEPS = 2                             # pipeline steps between a tile's store and its lse
 MIN_HEAD_DIM, MAX_HEAD_DIM = 32, 256
 KV_RESIDENT_BYTES = 96 * 1024                   # SBUF bytes per partition for resident K^T and V
@@ -107,7 +111,8 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
     ctx = {"q": q, "k": k, "v": v, "mask": mask, "scale": float(scale), "layout": layout, "dtype": dtype, "D": D,
            "Sk": Sk, "rep": rep, "flat": flat, "kv_group": kv_group, "q_group": q_group, "k_units": k_units,
            "k_chunks": k_chunks, "q_units": q_units, "q_chunks": q_chunks, "causal_bias": causal_bias,
-           "use_dma_transpose": use_dma_transpose, "out": out, "lse": lse, "lse_pending": [], "step": 0}
+           "use_dma_transpose": use_dma_transpose, "out": out, "lse": lse, "lse_pending": [], "step": 0,
+           "engine_ns": {"vector": 0.0, "scalar": 0.0}}
 
     # Work items: (batch, kv-head group, query tile, head group), in loop order.
     items = []
@@ -195,19 +200,11 @@ def _score_group_heads(q_group, n_keys, D, rep, flat):
     head pairs share PE row tiles."""
     if n_keys > KV_BLOCK:
         return 1
-    heads = min(q_group, MAX_GROUP_HEADS, SCORE_TILE_BYTES // (4 * _score_stride(n_keys)),
+    heads = min(q_group, MAX_GROUP_HEADS, SCORE_TILE_BYTES // (4 * n_keys),
                 PSUM_BANK_BYTES // (4 * (D + 1)))
     if flat and heads > 1 and heads % 2:
         heads -= 1
     return max(1, heads)
-
-
-def _score_stride(n_keys):
-    """Columns per head in a score tile, so that no head's matmul crosses a PSUM bank: a power of
-    two up to SCORE_COLS (heads tile a bank exactly), else whole banks."""
-    if n_keys <= SCORE_COLS:
-        return 1 << (n_keys - 1).bit_length()
-    return math.ceil(n_keys / SCORE_COLS) * SCORE_COLS
 
 
 def _transpose_plan(n_heads, head_dim, flat):
@@ -395,15 +392,17 @@ def _stage_scores(item, ctx):
     tile = item["tile"]
     _ensure_loaded(tile, ctx)
     mq, heads, nb = tile["mq"], item["heads"], tile["n_keys"]
-    scores = _scores(item, ctx, 0, nb, _score_stride(nb))
+    scores = _scores(item, ctx, 0, nb, nb)
     _add_masks(scores, item, ctx, 0, nb)
     item["scores"] = scores
     item["neg_max"] = tile["neg_max"][:, item["hs"]:item["hs"] + heads]
     _row_neg_max(item["neg_max"], scores, mq, nb)
+    _charge(ctx, "vector", heads * nb)
 
 
 def _stage_exp(item, ctx):
     """Pipeline stage 2: P = exp(S - m)."""
+    _charge(ctx, "scalar", item["heads"] * item["tile"]["n_keys"])
     item["probs"] = _exp(item["scores"], item["neg_max"], item["tile"]["mq"], item["heads"], item["tile"]["n_keys"],
                          ctx["dtype"])
 
@@ -418,12 +417,14 @@ def _stage_pv(item, ctx):
     tile = item["tile"]
     item["o_psum"] = _pv(item["banks"], item, ctx, 0, tile["n_keys"])
     item["inv_sum"] = _inverse_sum(item["o_psum"], item, ctx)
+    _charge(ctx, "vector", TINY_INSTRUCTION_CYCLES)
 
 
 def _stage_output(item, ctx):
     """Pipeline stage 3c: out = O / l; the tile's store after its last head group."""
     tile = item["tile"]
     _normalize(item["o_psum"], item["inv_sum"], item, ctx)
+    _charge(ctx, "vector", item["heads"] * ctx["D"])
     if item["last"]:
         _store_tile(tile, ctx)
 
@@ -449,15 +450,19 @@ def _load_query_tile(tile, ctx):
 
 
 def _scores(item, ctx, kb0, nb, stride):
-    """S = (scale Q) K^T for the group's heads and keys [kb0, kb0 + nb): [Q_TILE, heads, stride] fp32 PSUM."""
+    """S = (scale Q) K^T for the group's heads and keys [kb0, kb0 + nb): [Q_TILE, heads, stride]
+    fp32 PSUM, heads packed densely. Matmuls of up to SCORE_COLS keys are cut at PSUM bank
+    boundaries of the tile (an accumulation group never crosses a bank)."""
     tile, hs, heads = item["tile"], item["hs"], item["heads"]
     q_t, mq, k_t = tile["q_t"], tile["mq"], tile["kv"]["k_t"]
     q_chunks, k_chunks, rep = ctx["q_chunks"], ctx["k_chunks"], ctx["rep"]
     scores = nl.ndarray((Q_TILE, heads, stride), dtype=nl.float32, buffer=nl.psum)
-    for c0 in range(0, nb, SCORE_COLS):
-        w = min(SCORE_COLS, nb - c0)
-        for g in range(heads):
-            hl = hs + g
+    for g in range(heads):
+        hl = hs + g
+        c0 = 0
+        while c0 < nb:
+            col = g * stride + c0                     # column in the tile
+            w = min(nb - c0, SCORE_COLS - col % SCORE_COLS)
             for i, (qc, qr, rows) in enumerate(q_chunks[hl]):
                 kc, kr, _ = k_chunks[hl // rep][i]
                 # Heads narrower than 128 dims sit on their own PE row tile (two 64-dim heads run
@@ -467,6 +472,7 @@ def _scores(item, ctx, kb0, nb, stride):
                     tiling = {"tile_position": (qr, 0), "tile_size": (rows, P_MAX)}
                 nisa.nc_matmul(dst=scores[:mq, g, c0:c0 + w], stationary=q_t[qr:qr + rows, qc, :mq],
                                moving=k_t[kr:kr + rows, kc, kb0 + c0:kb0 + c0 + w], accumulate=i > 0, **tiling)
+            c0 += w
     return scores
 
 
@@ -504,6 +510,23 @@ def _exp(scores, neg_max, mq, heads, nb, dtype):
     return probs
 
 
+def _charge(ctx, engine, elements):
+    """Book ``elements`` per partition of work on VectorE or ScalarE (in ns at their clocks)."""
+    ctx["engine_ns"][engine] += elements / ENGINE_GHZ[engine]
+
+
+def _cheaper_on_vector(ctx, elements, dtype):
+    """Place a PSUM -> SBUF copy: VectorE copies 16-bit data 2x faster from PSUM, ScalarE 1x."""
+    vector_elements = elements / 2 if _itemsize(dtype) == 2 else elements
+    vector_done = ctx["engine_ns"]["vector"] + vector_elements / ENGINE_GHZ["vector"]
+    scalar_done = ctx["engine_ns"]["scalar"] + elements / ENGINE_GHZ["scalar"]
+    if vector_done < scalar_done:
+        _charge(ctx, "vector", vector_elements)
+        return True
+    _charge(ctx, "scalar", elements)
+    return False
+
+
 def _transpose_probs(probs, item, ctx, nb):
     """P^T by TensorE transposes, 8 (16-bit) or 4 (fp32) 128-key chunks per PSUM bank, each bank
     evicted to SBUF by one ScalarE copy. Returns [(pt_sb, [(head, chunk), ...])] per bank."""
@@ -522,7 +545,11 @@ def _transpose_probs(probs, item, ctx, nb):
         # Partitions past a ragged chunk's kc hold stale PSUM data: copied, never read.
         n = len(bank_slots)
         pt_sb = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.sbuf)
-        nisa.activation(dst=pt_sb[:, :n, :mq], op=nl.copy, data=pt_psum[:, :n, :mq])
+        # Evict on the engine with less work so far (trace-time balance of VectorE and ScalarE).
+        if _cheaper_on_vector(ctx, n * mq, dtype):
+            nisa.tensor_copy(dst=pt_sb[:, :n, :mq], src=pt_psum[:, :n, :mq])
+        else:
+            nisa.activation(dst=pt_sb[:, :n, :mq], op=nl.copy, data=pt_psum[:, :n, :mq])
         banks.append((pt_sb, bank_slots))
     return banks
 
