@@ -11,6 +11,8 @@ destination dtype with round-to-nearest-even; fp32 -> integer rounds to nearest 
 
 from __future__ import annotations
 
+import os
+
 import ml_dtypes
 import numpy as np
 
@@ -82,8 +84,34 @@ def name(dtype) -> str:
     return dtype.name if isinstance(dtype, SpecialDtype) else str(dtype)
 
 
-def storage(dtype) -> np.dtype:
+PRECISE_ENV = "NKI_PRECISE_FP"
+
+
+def precise() -> bool:
+    """``NKI_PRECISE_FP`` (default 1, as in the official simulator): low-precision tensors are
+    stored in their own ml_dtypes type. ``NKI_PRECISE_FP=0`` stores bf16/fp8 as fp32 without
+    rounding, to separate algorithmic errors from precision loss; outputs are rounded once when
+    they are handed back."""
+    return os.environ.get(PRECISE_ENV, "1") != "0"
+
+
+def low_precision(dtype) -> bool:
+    """The dtypes ``NKI_PRECISE_FP=0`` widens: bf16 and the fp8 formats (the ml_dtypes types)."""
     dtype = normalize(dtype)
+    return not isinstance(dtype, SpecialDtype) and (dtype == bfloat16 or dtype in FP8_TYPES)
+
+
+def logical(dtype) -> np.dtype:
+    """NumPy dtype of the NKI dtype itself (what kernel outputs are returned as)."""
+    dtype = normalize(dtype)
+    return dtype.storage if isinstance(dtype, SpecialDtype) else dtype
+
+
+def storage(dtype) -> np.dtype:
+    """NumPy dtype a tensor of ``dtype`` is stored in (fp32 for bf16/fp8 when NKI_PRECISE_FP=0)."""
+    dtype = normalize(dtype)
+    if not precise() and low_precision(dtype):
+        return float32
     return dtype.storage if isinstance(dtype, SpecialDtype) else dtype
 
 
@@ -126,6 +154,8 @@ def cast(values: np.ndarray, dtype) -> np.ndarray:
     """Round fp32 (or any numeric) values to ``dtype``'s storage: RNE for floats, RNE+saturate for ints."""
     dtype = normalize(dtype)
     values = np.asarray(values)
+    if not precise() and low_precision(dtype):
+        return values.astype(np.float32)
     if dtype is tfloat32:
         return _round_tf32(values.astype(np.float32))
     if is_packed(dtype):

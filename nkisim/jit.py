@@ -150,7 +150,7 @@ def _unwrap(value, kernel_name: str, as_torch: bool, outputs: list):
         if value.buffer != SHARED_HBM:
             raise KernelError(f"{kernel_name}: returned tensor {value.name} lives in {value.buffer}; kernel outputs "
                               f"must be allocated with buffer=nl.shared_hbm (NKI 0.3.0+)")
-        array = value.numpy().copy()
+        array = np.asarray(value.numpy()).astype(dt.logical(value.dtype))    # rounds once if NKI_PRECISE_FP=0
         return _numpy_to_torch(array) if as_torch else array
     if isinstance(value, (tuple, list)):
         return type(value)(_unwrap(v, kernel_name, as_torch, outputs) for v in value)

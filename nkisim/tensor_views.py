@@ -320,6 +320,9 @@ def _alias(storage, dtype):
     base = storage.base
     if dtype == base.dtype:
         return base
+    if base.data.dtype != dt.logical(base.dtype) or dt.storage(dtype) != dt.logical(dtype):
+        raise AccessPatternError(f"tensor {base.name}: reinterpreting bits as {dt.name(dtype)} needs the precise "
+                                 f"storage (NKI_PRECISE_FP=1); {dt.name(base.dtype)} is stored widened to fp32")
     alias = type(base).__new__(type(base))
     alias.__dict__.update(base.__dict__)
     alias.dtype = dtype

@@ -9,5 +9,6 @@ nkisim.install()
 
 @pytest.fixture(autouse=True)
 def default_target(monkeypatch):
-    """Every test starts on trn2 unless it sets NEURON_PLATFORM_TARGET_OVERRIDE itself."""
+    """Every test starts on trn2 in precise-FP mode unless it sets the variables itself."""
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    monkeypatch.delenv("NKI_PRECISE_FP", raising=False)

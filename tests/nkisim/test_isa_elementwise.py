@@ -215,3 +215,24 @@ def test_fp8_storage_roundtrip():
 
     out = run_tile(body, a, out_shapes=[a.shape], out_dtypes=[ml_dtypes.float8_e4m3])
     np.testing.assert_array_equal(out.view(np.uint8), a.astype(ml_dtypes.float8_e4m3).view(np.uint8))
+
+
+def test_precise_fp_off_keeps_fp32_until_the_output(monkeypatch):
+    """NKI_PRECISE_FP=0: bf16 tiles hold fp32 values; the output is rounded to bf16 once on return."""
+    a = _x((4, 8))
+    tiny = np.float32(2 ** -10)       # lost when added to ~1 in bf16, kept in fp32
+
+    def body(t):
+        b = nl.ndarray(t.shape, nl.bfloat16)
+        nisa.tensor_scalar(dst=b, data=t, op0=nl.add, operand0=1.0)
+        c = nl.ndarray(t.shape, nl.bfloat16)
+        nisa.tensor_scalar(dst=c, data=b, op0=nl.add, operand0=float(tiny))
+        d = nl.ndarray(t.shape, nl.float32)
+        nisa.tensor_scalar(dst=d, data=c, op0=nl.subtract, operand0=1.0)
+        return d
+
+    precise = run_tile(body, a, out_shapes=[a.shape])
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    widened = run_tile(body, a, out_shapes=[a.shape])
+    np.testing.assert_allclose(widened, (a + 1 + tiny) - 1, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(precise, widened, rtol=0, atol=1e-6)
