@@ -53,7 +53,7 @@ and ScalarE bound it: per 128-query tile and head the row max (VectorE) and the 
 each cost one cycle per key whether the tile holds 128 or 69 queries, and P^T has to be evicted
 from PSUM once more; at ViT-B that is ~40 us of row max and ~64 us of exp + evictions.
 
-Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; scale > 0; one kv head's K^T and
+Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; one kv head's K^T and
 V must fit KV_RESIDENT_BYTES per partition (Sk <= 24576 for D <= 128 in 16-bit dtypes); rows that
 the mask hides completely are undefined (as in flash attention).
 """
@@ -167,8 +167,8 @@ def _check_inputs(q, k, v, mask, scale, layout):
     assert q.dtype in SUPPORTED_DTYPES, f"attention_fwd: dtype {q.dtype} not supported (bfloat16, float16, float32)"
     assert k.dtype == q.dtype and v.dtype == q.dtype, \
         f"attention_fwd: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-    assert isinstance(scale, (int, float)) and scale > 0, \
-        f"attention_fwd: scale must be a Python float > 0 (the row max is taken on scale * scores), got {scale!r}"
+    assert isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale), \
+        f"attention_fwd: scale must be a finite Python float, got {scale!r}"
     if mask is not None:
         assert mask.dtype == nl.float32, f"attention_fwd: mask must be float32, got {mask.dtype}"
         assert len(mask.shape) == 4 and mask.shape[0] in (1, B) and mask.shape[1] in (1, Hq) \

@@ -173,6 +173,16 @@ def test_keys_beyond_one_block_use_online_softmax(is_causal, mask_shape):
                for i in trace)
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_non_positive_scale(scale):
+    # scale is folded into Q before the row max, so any finite scale works (0: uniform weights).
+    q, k, v, mask = make_inputs(1, 2, 2, 150, 197, 64, "float32", "bshd", mask_shape=(1, 1))
+    out, lse = nkisim.simulate(attention.attention_fwd)(q, k, v, mask, scale=scale, layout="bshd", return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, mask, scale, False, "bshd")
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(lse.astype(np.float64), ref_lse, atol=1e-5, rtol=1e-5)
+
+
 def test_return_lse_false_returns_only_the_output():
     q, k, v, _ = make_inputs(1, 2, 2, 64, 64, 64, "bfloat16", "bhsd")
     out = nkisim.simulate(attention.attention_fwd)(q, k, v, scale=0.125)
@@ -245,4 +255,4 @@ def test_bad_mask_and_dtypes_are_rejected():
     with pytest.raises(AssertionError, match="layout"):
         nkisim.simulate(attention.attention_fwd)(q, q, q, layout="sbhd")
     with pytest.raises(AssertionError, match="scale must be"):
-        nkisim.simulate(attention.attention_fwd)(q, q, q, scale=-0.125)
+        nkisim.simulate(attention.attention_fwd)(q, q, q, scale=float("nan"))
