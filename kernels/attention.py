@@ -538,13 +538,13 @@ def _transpose_probs(probs, item, ctx, nb):
     banks = []
     for s0 in range(0, len(slots), per_bank):
         bank_slots = slots[s0:s0 + per_bank]
-        pt_psum = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.psum)
+        pt_psum = nl.ndarray((K_CHUNK, len(bank_slots), Q_TILE), dtype=dtype, buffer=nl.psum)
         for j, (g, c) in enumerate(bank_slots):
             kc = min(K_CHUNK, nb - c * K_CHUNK)
             nisa.nc_transpose(dst=pt_psum[:kc, j, :mq], data=probs[:mq, g, c * K_CHUNK:c * K_CHUNK + kc])
         # Partitions past a ragged chunk's kc hold stale PSUM data: copied, never read.
         n = len(bank_slots)
-        pt_sb = nl.ndarray((K_CHUNK, per_bank, Q_TILE), dtype=dtype, buffer=nl.sbuf)
+        pt_sb = nl.ndarray((K_CHUNK, len(bank_slots), Q_TILE), dtype=dtype, buffer=nl.sbuf)
         # Evict on the engine with less work so far (trace-time balance of VectorE and ScalarE).
         if _cheaper_on_vector(ctx, n * mq, dtype):
             nisa.tensor_copy(dst=pt_sb[:, :n, :mq], src=pt_psum[:, :n, :mq])
