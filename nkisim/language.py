@@ -29,7 +29,13 @@ from .tensor import HBM, ON_CHIP, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, NkiTensor
 globals().update(_OPS)   # nl.add, nl.exp, ... : operators usable as op= and as functions
 
 sbuf, psum, hbm, shared_hbm, private_hbm = SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM
-DType = type(float32)       # annotation type of NKI dtypes (the stub says ``DType = str``)
+DType = dtype = type(float32)   # annotation type of NKI dtypes (the stub says ``DType = str``)
+
+
+class fp32:  # noqa: N801 - the legacy NKI name
+    """``nl.fp32.min`` / ``.max`` (legacy constants still used for range_select/affine_select fills)."""
+    min = float(np.finfo(np.float32).min)
+    max = float(np.finfo(np.float32).max)
 FP32_MIN = -3.4028235e38
 
 
