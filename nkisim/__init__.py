@@ -33,9 +33,7 @@ import sys
 import types
 
 from . import errors, isa, language, typing
-from .dtypes import float32 as _float32
-
-dtype = type(_float32)      # ``nki.dtype``: the type of NKI dtypes (NumPy dtypes here), used in annotations
+from numpy import dtype     # ``nki.dtype``: NKI dtypes are NumPy dtypes here (used in annotations)
 from .jit import Kernel, jit, simulate
 from .trace import Instruction, Trace, trace
 from .cost import profile

@@ -29,7 +29,7 @@ from .tensor import HBM, ON_CHIP, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, NkiTensor
 globals().update(_OPS)   # nl.add, nl.exp, ... : operators usable as op= and as functions
 
 sbuf, psum, hbm, shared_hbm, private_hbm = SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM
-DType = dtype = type(float32)   # annotation type of NKI dtypes (the stub says ``DType = str``)
+DType = dtype = np.dtype        # annotation type of NKI dtypes (the stub says ``DType = str``)
 
 
 class fp32:  # noqa: N801 - the legacy NKI name
