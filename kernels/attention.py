@@ -53,9 +53,10 @@ and ScalarE bound it: per 128-query tile and head the row max (VectorE) and the 
 each cost one cycle per key whether the tile holds 128 or 69 queries, and P^T has to be evicted
 from PSUM once more; at ViT-B that is ~40 us of row max and ~64 us of exp + evictions.
 
-Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; one kv head's K^T and
-V must fit KV_RESIDENT_BYTES per partition (Sk <= 24576 for D <= 128 in 16-bit dtypes); rows that
-the mask hides completely are undefined (as in flash attention).
+Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; finite scale; one kv head's K^T
+and V must fit KV_RESIDENT_BYTES per partition (16-bit dtypes: Sk up to ~16K keys for D <= 128,
+~8K for D = 256; half that in fp32); rows that the mask hides completely are undefined (as in
+flash attention).
 """
 
 import math

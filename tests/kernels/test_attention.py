@@ -246,6 +246,13 @@ def test_bad_shapes_are_rejected(q_shape, kv_shape, match):
         nkisim.simulate(attention.attention_fwd)(q, k, k, scale=0.1)
 
 
+def test_key_length_limit_is_named():
+    q = np.zeros((1, 1, 1, 128), ml_dtypes.bfloat16)
+    k = np.zeros((1, 1, 20000, 128), ml_dtypes.bfloat16)
+    with pytest.raises(AssertionError, match="KV_RESIDENT_BYTES"):
+        nkisim.simulate(attention.attention_fwd)(q, k, k, scale=0.1)
+
+
 def test_bad_mask_and_dtypes_are_rejected():
     q = np.zeros((1, 2, 16, 64), ml_dtypes.bfloat16)
     with pytest.raises(AssertionError, match="mask shape"):
