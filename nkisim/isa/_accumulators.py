@@ -50,10 +50,7 @@ def registers(run, engine: str) -> np.ndarray:
 def normalize_cmd(instr: str, cmd, allowed) -> reduce_cmd_enum:
     if cmd is None:
         cmd = reduce_cmd_enum.idle
-    try:
-        cmd = reduce_cmd_enum(int(cmd))
-    except (TypeError, ValueError):
-        raise ShapeError(f"{instr}: reduce_cmd must be a nisa.reduce_cmd member, got {cmd!r}") from None
+    chk.enum_arg(instr, "reduce_cmd", cmd, reduce_cmd_enum)
     if cmd not in allowed:
         raise ShapeError(f"{instr}: reduce_cmd={cmd.name} is not supported, allowed: "
                          f"{', '.join(c.name for c in allowed)}")

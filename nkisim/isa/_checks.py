@@ -110,9 +110,20 @@ def target_at_least(instr: str, what: str, target, version: int) -> None:
                           f"target is {target.name} (NeuronCore-v{target.nc_version})")
 
 
-def engine_name(engine) -> str:
+def enum_arg(instr: str, role: str, value, enum_cls, allow_none: bool = True):
+    """An enum parameter: a member of ``enum_cls`` (raw integers are refused since NKI 0.3.0)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, enum_cls):
+        raise DtypeError(f"{instr}: '{role}' must be a nisa.{enum_cls.__name__} member, got {value!r}; raw integer "
+                         f"enum constants are not accepted since NKI 0.3.0")
+    return value
+
+
+def engine_name(engine, instr: str = "instruction") -> str:
     """Engine enum (or None/unknown) -> trace name."""
     from .enums import engine as engine_enum
+    enum_arg(instr, "engine", engine, engine_enum)
     if engine is None or engine == engine_enum.unknown:
         return "unknown"
     return {engine_enum.tensor: "tensor", engine_enum.vector: "vector", engine_enum.scalar: "scalar",

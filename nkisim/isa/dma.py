@@ -42,6 +42,9 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode_enum.error, dge_mode=dge
     instr = "dma_copy"
     run = runtime.begin(instr)
     _dma_operands(instr, (("dst", dst), ("src", src)))
+    chk.enum_arg(instr, "dge_mode", dge_mode, dge_mode_enum)
+    chk.enum_arg(instr, "oob_mode", oob_mode, oob_mode_enum)
+    chk.engine_name(engine, instr)
     if dge_mode == dge_mode_enum.hwdge:
         chk.target_at_least(instr, "dge_mode=hwdge", run.target, 3)
     if priority is not None:

@@ -41,7 +41,7 @@ def core_barrier(data, cores, engine=engine_enum.gpsimd, name=None):
     if data.buffer != SHARED_HBM:
         raise ShapeError(f"{instr}: operand 'data' is in {data.buffer}; it must be the shared_hbm tensor both cores use")
     run.group.barrier(run.program_id)
-    return run.emit(instr, chk.engine_name(engine) if engine is not None else "gpsimd", reads=[("data", data)],
+    return run.emit(instr, chk.engine_name(engine, instr) if engine is not None else "gpsimd", reads=[("data", data)],
                     label=name)
 
 

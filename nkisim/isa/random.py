@@ -47,7 +47,7 @@ def rng(dst, engine=engine_enum.vector, name=None):
     instr = "rng"
     run = runtime.begin(instr)
     chk.on_chip_operands(instr, [("dst", dst)])
-    eng = chk.engine_name(engine)
+    eng = chk.engine_name(engine, instr)
     if eng == "gpsimd":
         chk.target_at_least(instr, "engine=gpsimd", run.target, 3)
         chk.gpsimd_no_psum(instr, [("dst", dst)])

@@ -35,7 +35,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     target = run.target
     chk.on_chip_operands(instr, [("stationary", stationary), ("moving", moving)], allowed=(SBUF,))
     chk.on_chip_operands(instr, [("dst", dst)], allowed=(PSUM,))
-    double_row = perf_mode is not None and getattr(perf_mode, "name", str(perf_mode)) == "double_row"
+    chk.enum_arg(instr, "perf_mode", perf_mode, matmul_perf_mode)
+    double_row = perf_mode == matmul_perf_mode.double_row
 
     k, m = stationary.shape[0], stationary.free_size
     k2, n = moving.shape[0], moving.free_size
@@ -179,7 +180,7 @@ def nc_transpose(dst, data, engine=engine_enum.unknown, name=None):
     instr = "nc_transpose"
     run = runtime.begin(instr)
     chk.on_chip_operands(instr, [("dst", dst), ("data", data)])
-    eng = chk.engine_name(engine)
+    eng = chk.engine_name(engine, instr)
     if eng == "unknown":
         eng = "tensor" if (data.buffer == SBUF and dst.buffer == PSUM) else "vector"
     p, f = data.shape[0], data.free_size

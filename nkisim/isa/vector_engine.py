@@ -56,7 +56,7 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
     if data1.buffer == PSUM and data2.buffer == PSUM:
         raise MemoryPlacementError(f"{instr}: operands 'data1' and 'data2' are both in psum; at most one input may "
                                    f"be in PSUM")
-    eng = chk.engine_name(engine)
+    eng = chk.engine_name(engine, instr)
     ints_only = all(dt.is_int(t.dtype) and t.itemsize == 4 for t in (dst, data1, data2))
     any_psum = any(t.buffer == PSUM for _, t in operands)
     if eng == "unknown":
@@ -93,7 +93,7 @@ _EXACT_INT_OPS = {
 
 
 def _resolve_engine(instr, engine, default="vector"):
-    eng = chk.engine_name(engine)
+    eng = chk.engine_name(engine, instr)
     return default if eng == "unknown" else eng
 
 
@@ -108,7 +108,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     chk.on_chip_operands(instr, operands)
     chk.same_partitions(instr, operands)
     chk.same_free_size(instr, operands)
-    eng = chk.engine_name(engine)
+    eng = chk.engine_name(engine, instr)
     uses_rsqrt = ops_mod.rsqrt in (op0, op1)
     if eng == "unknown":
         # rsqrt is a GpSimd/ScalarE ALU op (not VectorE): the compiler places it on GpSimd.

@@ -255,3 +255,21 @@ def test_pinned_addresses_share_bytes_and_must_fit():
     with pytest.raises(CapacityError, match="pinned at address 14336 needs bytes \\[14336, 18432\\) per partition, "
                                             "limit 16384"):
         _run(outside)
+
+
+def test_raw_integer_enum_constants_are_refused():
+    """NKI 0.3.0 migration guide: raw integers (e.g. dge_mode=2) are no longer accepted for enums."""
+    def kernel(x):
+        t = nl.ndarray(x.shape, x.dtype)
+        nisa.dma_copy(dst=t, src=x, dge_mode=2)
+
+    with pytest.raises(ValueError, match="dma_copy: 'dge_mode' must be a nisa.dge_mode member, got 2"):
+        _run(kernel, np.zeros((2, 2), np.float32))
+
+    def kernel2(x):
+        t = nl.ndarray(x.shape, x.dtype)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.activation(dst=t, op=nl.exp, data=t, reduce_op=nl.add, reduce_cmd=3)
+
+    with pytest.raises(ValueError, match="'reduce_cmd' must be a nisa.reduce_cmd member"):
+        _run(kernel2, np.zeros((2, 2), np.float32))
