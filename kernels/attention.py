@@ -47,8 +47,8 @@ DMA-transposed together, 128 partitions at a time: two 64-dim heads share a [128
 transposes instead.
 
 Cost-model estimates (nkisim.cost, trn2, bf16, "bshd"; roofline = max(FLOPs at 79 TFLOPS, q/k/v/o
-bytes at 362 GB/s)): ViT-B/16 (B=8, 197 tokens, 12 heads, D=64) 73.0 us, 77.0 us with lse, vs a
-26.7 us roofline; ViT-L/14@336 (B=1) 96 us vs 17.5; SigLIP-so400m (B=1) 150 us vs 31. VectorE
+bytes at 362 GB/s)): ViT-B/16 (B=8, 197 tokens, 12 heads, D=64) 68.4 us, 72.5 us with lse, vs a
+26.7 us roofline; ViT-L/14@336 (B=1) 90 us vs 17.5; SigLIP-so400m (B=1) 145 us vs 31. VectorE
 and ScalarE bound it: per 128-query tile and head the row max (VectorE) and the exp (ScalarE)
 each cost one cycle per key whether the tile holds 128 or 69 queries, and P^T has to be evicted
 from PSUM once more; at ViT-B that is ~40 us of row max and ~64 us of exp + evictions.
@@ -418,7 +418,6 @@ def _stage_pv(item, ctx):
     tile = item["tile"]
     item["o_psum"] = _pv(item["banks"], item, ctx, 0, tile["n_keys"])
     item["inv_sum"] = _inverse_sum(item["o_psum"], item, ctx)
-    _charge(ctx, "vector", TINY_INSTRUCTION_CYCLES)
 
 
 def _stage_output(item, ctx):
@@ -570,10 +569,18 @@ def _pv(banks, item, ctx, kb0, nb):
 
 
 def _inverse_sum(o_acc, item, ctx):
-    """1 / l of the group's rows (l = the ones column of [O | l]) into the tile's inv_sum."""
+    """1 / l of the group's rows (l = the ones column of [O | l]) into the tile's inv_sum. 16-bit
+    outputs take ScalarE's reciprocal (cheaper for these few elements, and its approximation is
+    far below bf16/fp16 resolution); fp32 outputs take VectorE's exact one."""
     tile, hs, heads = item["tile"], item["hs"], item["heads"]
     inv_sum = tile["inv_sum"][:, hs:hs + heads]
-    nisa.reciprocal(dst=inv_sum[:tile["mq"]], data=o_acc[:tile["mq"], :, ctx["D"]])
+    row_sums = o_acc[:tile["mq"], :, ctx["D"]]
+    if _itemsize(ctx["dtype"]) == 2:
+        nisa.activation(dst=inv_sum[:tile["mq"]], op=nl.reciprocal, data=row_sums)
+        _charge(ctx, "scalar", TINY_INSTRUCTION_CYCLES)
+    else:
+        nisa.reciprocal(dst=inv_sum[:tile["mq"]], data=row_sums)
+        _charge(ctx, "vector", TINY_INSTRUCTION_CYCLES)
     return inv_sum
 
 
