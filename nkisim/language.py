@@ -24,7 +24,7 @@ from .dtypes import (bfloat16, bool_, float4_e2m1fn_x4, float8_e4m3, float8_e4m3
 from .errors import KernelError, ShapeError
 from .isa.registers import VirtualRegister  # noqa: F401
 from .ops import ALL as _OPS
-from .tensor import HBM, ON_CHIP, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, NkiTensor, ds  # noqa: F401
+from .tensor import HBM, ON_CHIP, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, BufferKind, NkiTensor, ds  # noqa: F401
 
 globals().update(_OPS)   # nl.add, nl.exp, ... : operators usable as op= and as functions
 
@@ -158,8 +158,11 @@ def is_sbuf(buffer):
 def _buffer(buffer) -> str:
     if isinstance(buffer, MemoryRegion):
         buffer = buffer.value
-    if buffer in (SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM):
+    if isinstance(buffer, BufferKind) and buffer in (SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM):
         return buffer
+    if isinstance(buffer, str) and buffer in (SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM):
+        raise KernelError(f"buffer={buffer!r}: string buffer names are not accepted since NKI 0.3.0; use "
+                          f"nl.{buffer}")
     raise KernelError(f"unknown buffer {buffer!r}: use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm")
 
 
@@ -183,6 +186,8 @@ def ndarray(shape, dtype, buffer=SBUF, name="", address=None):
 
 def _filled(shape, dtype, buffer, value, name=""):
     t = ndarray(shape, dtype, buffer=buffer, name=name)
+    if _dt.is_int(t.dtype) and float(value).is_integer():
+        value = int(value)          # nl.full(..., 1.0, nl.int32): memset itself wants an integer
     if t.on_chip:
         _isa.memset(t, value)
     else:

@@ -131,6 +131,8 @@ def apply_op(op, x, y=None, dtype=None):
         out = _new(x.shape, dtype or x.dtype)
         if op is _ops.copy:         # nl.copy (0.6.0): VectorE tensor_copy, bit-exact when dtypes match
             _isa.tensor_copy(dst=out, src=x)
+        elif op is _ops.rsqrt:      # nl.rsqrt (0.5.0): GpSimd for precision, so no PSUM input
+            _isa.tensor_scalar(dst=out, data=x, op0=op, operand0=0, engine=_isa.engine.gpsimd)
         elif op.activation:
             _isa.activation(dst=out, op=op, data=x)
         else:

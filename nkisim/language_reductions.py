@@ -14,9 +14,10 @@ from . import dtypes as _dt
 from . import isa as _isa
 from . import ops as _ops
 from .errors import KernelError, ShapeError
+from .tensor import SBUF
 
 
-def _new(shape, dtype, buffer="sbuf", name=""):
+def _new(shape, dtype, buffer=SBUF, name=""):
     from .language import ndarray
     return ndarray(tuple(shape), dtype, buffer=buffer, name=name)
 

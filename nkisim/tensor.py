@@ -28,7 +28,15 @@ from . import dtypes as dt
 from .errors import AccessPatternError
 from .tensor_views import ViewMethods, _alias, _contiguous_strides, _is_contiguous, ds, runtime_int  # noqa: F401
 
-SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM = "sbuf", "psum", "hbm", "shared_hbm", "private_hbm"
+class BufferKind(str):
+    """A memory buffer constant (``nl.sbuf`` ...). It compares equal to its name, but a plain string
+    is not one: NKI 0.3.0 refuses string buffer names in ``nl.ndarray(buffer=...)``."""
+
+    def __repr__(self):
+        return f"nl.{str(self)}"
+
+
+SBUF, PSUM, HBM, SHARED_HBM, PRIVATE_HBM = (BufferKind(b) for b in ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"))
 ON_CHIP = (SBUF, PSUM)
 HBM_BUFFERS = (HBM, SHARED_HBM, PRIVATE_HBM)
 

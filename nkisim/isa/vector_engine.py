@@ -250,8 +250,9 @@ def memset(dst, value, engine=None, name=None):
     eng = _resolve_engine(instr, engine)
     if eng == "gpsimd":
         chk.gpsimd_no_psum(instr, [("dst", dst)])
-    if dt.is_int(dst.dtype) and not float(value).is_integer():
-        raise DtypeError(f"{instr}: value {value!r} must be an integer for dtype {dt.name(dst.dtype)}")
+    if dt.is_int(dst.dtype) and not isinstance(value, (int, np.integer)):
+        # NKI 0.3.0 "strict type matching": no silent float -> int conversion, even for 2.0.
+        raise DtypeError(f"{instr}: value {value!r} must be an integer literal for dtype {dt.name(dst.dtype)}")
     if dt.is_packed(dst.dtype) and value != 0:
         raise DtypeError(f"{instr}: packed dtype {dt.name(dst.dtype)} can only be set to 0")
     dst.write(np.array(value, dtype=np.float32 if dt.is_float(dst.dtype) else np.int64))

@@ -181,3 +181,23 @@ def test_gather_flattened():
 
     out, _ = _sim(kernel, data, idx)
     np.testing.assert_array_equal(out, np.take_along_axis(data, idx.astype(np.int64), axis=1))
+
+
+def test_nl_rsqrt_runs_on_gpsimd_and_refuses_psum():
+    x = RNG.random((8, 16)).astype(np.float32) + 0.5
+
+    def kernel(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.rsqrt(nl.load(a)))
+        return out
+
+    out, t = _sim(kernel, x)
+    np.testing.assert_allclose(out, 1 / np.sqrt(x), rtol=1e-6)
+    assert [i.engine for i in t if i.name == "tensor_scalar"] == ["gpsimd"]
+
+    def psum_kernel():
+        p = nl.zeros((8, 16), nl.float32, buffer=nl.psum)
+        nl.rsqrt(p)
+
+    with pytest.raises(ValueError, match="GpSimd cannot access PSUM"):
+        nki.simulate(psum_kernel)()

@@ -273,3 +273,24 @@ def test_raw_integer_enum_constants_are_refused():
 
     with pytest.raises(ValueError, match="'reduce_cmd' must be a nisa.reduce_cmd member"):
         _run(kernel2, np.zeros((2, 2), np.float32))
+
+
+def test_migration_rules_strings_and_memset_types():
+    """NKI 0.3.0: string buffer names are refused; memset wants an integer literal for integer tiles."""
+    with pytest.raises(KernelError, match="string buffer names are not accepted since NKI 0.3.0; use nl.sbuf"):
+        _run(lambda: nl.ndarray((128, 4), nl.float16, buffer="sbuf"))
+
+    def int_memset():
+        t = nl.ndarray((128, 4), nl.int32)
+        nisa.memset(dst=t, value=2.0)
+
+    with pytest.raises(ValueError, match="memset: value 2.0 must be an integer literal for dtype int32"):
+        _run(int_memset)
+
+    def legal():
+        t = nl.ndarray((128, 4), nl.bfloat16, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0)                 # an int for a float tile is fine (docs do this)
+        assert t.buffer == nl.sbuf == "sbuf"
+        nl.full((2, 2), 1.0, nl.int32)              # nl.full converts an integral fill value
+
+    _run(legal)
