@@ -236,3 +236,18 @@ def test_precise_fp_off_keeps_fp32_until_the_output(monkeypatch):
     widened = run_tile(body, a, out_shapes=[a.shape])
     np.testing.assert_allclose(widened, (a + 1 + tiny) - 1, rtol=1e-6, atol=1e-6)
     assert not np.allclose(precise, widened, rtol=0, atol=1e-6)
+
+
+def test_tfloat32_rounds_to_nearest_even():
+    x = np.array([[1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -11) - 2 ** -20]], np.float32)
+
+    def body(t):
+        o = nl.ndarray(t.shape, nl.tfloat32)
+        nisa.tensor_copy(dst=o, src=t)
+        back = nl.ndarray(t.shape, nl.float32)
+        nisa.tensor_copy(dst=back, src=o)
+        return back
+
+    out = run_tile(body, x, out_shapes=[x.shape])
+    # tf32 keeps 10 mantissa bits: ties go to the even neighbour, anything above a tie rounds away.
+    np.testing.assert_array_equal(out[0], [1.0, 1 + 2 ** -9, -(1 + 2 ** -10)])
