@@ -74,6 +74,13 @@ def on_chip_operands(instr: str, roles_tensors: list, allowed=ON_CHIP, compute: 
         partitions(instr, role, t, compute)
 
 
+def elementwise_operands(instr: str, roles_tensors: list, allowed=ON_CHIP) -> None:
+    """The usual elementwise contract: on-chip operands with equal partitions and elements per partition."""
+    on_chip_operands(instr, roles_tensors, allowed)
+    same_partitions(instr, roles_tensors)
+    same_free_size(instr, roles_tensors)
+
+
 def not_packed(instr: str, role: str, t: NkiTensor) -> None:
     if dt.is_packed(t.dtype):
         raise DtypeError(f"{instr}: operand '{role}' has packed MX dtype {dt.name(t.dtype)}; only nc_matmul_mx reads it")

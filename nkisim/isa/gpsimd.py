@@ -54,9 +54,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     run = runtime.begin(instr)
     operands = [("dst", dst), ("on_true_tile", on_true_tile)]
     chk.gpsimd_no_psum(instr, operands)
-    chk.on_chip_operands(instr, operands, allowed=(SBUF,))
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands, allowed=(SBUF,))
     n = math.prod(int(num) for _, num in pattern)
     if dst.free_size != n:
         raise ShapeError(f"{instr}: dst has {dst.free_size} elements per partition, pattern {pattern} generates {n}")

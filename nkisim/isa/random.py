@@ -79,9 +79,7 @@ def dropout(dst, data, prob, name=None):
     instr = "dropout"
     run = runtime.begin(instr)
     operands = [("dst", dst), ("data", data)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     if dst.dtype != data.dtype:
         raise DtypeError(f"{instr}: dst dtype {dt.name(dst.dtype)} must equal data dtype {dt.name(data.dtype)}")
     p = data.shape[0]

@@ -36,9 +36,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     if not isinstance(op, ops_mod.Op) or not op.activation:
         raise ShapeError(f"{instr}: op must be an activation function (nl.exp, nl.gelu, nl.copy, ...), got {op!r}")
     operands = [("dst", dst), ("data", data)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     chk.not_packed(instr, "data", data)
     p = data.shape[0]
     reads = [("data", data)]
@@ -98,9 +96,7 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     if pair not in ACTIVATE2_PAIRS:
         raise ShapeError(f"{instr}: (op0, op1) = {pair} is not supported; allowed {sorted(ACTIVATE2_PAIRS)}")
     operands = [("dst", dst), ("data", data)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     p = data.shape[0]
     reads = [("data", data)]
     values = chk.values_2d(data)

@@ -50,9 +50,7 @@ def tensor_tensor(dst, data1, data2, op, engine=None, name=None):
         raise ShapeError(f"{instr}: op={op!r} is unary; tensor_tensor needs a binary ALU operator (nl.add, "
                          f"nl.multiply, ...); unary ops run through tensor_scalar or activation")
     operands = [("dst", dst), ("data1", data1), ("data2", data2)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     if data1.buffer == PSUM and data2.buffer == PSUM:
         raise MemoryPlacementError(f"{instr}: operands 'data1' and 'data2' are both in psum; at most one input may "
                                    f"be in PSUM")
@@ -105,9 +103,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     op0 = _op(instr, "op0", op0)
     op1 = None if op1 is None else _op(instr, "op1", op1)
     operands = [("dst", dst), ("data", data)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     eng = chk.engine_name(engine, instr)
     uses_rsqrt = ops_mod.rsqrt in (op0, op1)
     if eng == "unknown":
@@ -225,9 +221,7 @@ def tensor_copy(dst, src, engine=None, name=None):
     instr = "tensor_copy"
     run = runtime.begin(instr)
     operands = [("dst", dst), ("src", src)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     eng = _resolve_engine(instr, engine)
     if eng == "gpsimd":
         chk.gpsimd_no_psum(instr, operands)
@@ -264,9 +258,7 @@ def reciprocal(dst, data, name=None):
     instr = "reciprocal"
     run = runtime.begin(instr)
     operands = [("dst", dst), ("data", data)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     with np.errstate(all="ignore"):
         chk.write_2d(dst, (1.0 / chk.values_2d(data).astype(np.float64)).astype(np.float32))
     return run.emit(instr, "vector", reads=[("data", data)], writes=[("dst", dst)], label=name)
@@ -283,9 +275,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
         if op.bitvec or op.binary is None:
             raise ShapeError(f"{instr}: {role}={op.name} must be a binary arithmetic operator (no bitvec, no unary)")
     operands = [("dst", dst), ("data", data), ("operand1", operand1)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     if data.buffer == PSUM and operand1.buffer == PSUM:
         raise MemoryPlacementError(f"{instr}: operands 'data' and 'operand1' are both in psum; at most one may be in PSUM")
     for role, t in operands:
@@ -317,9 +307,7 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     operands = [("dst", dst), ("predicate", predicate)]
     if isinstance(src, NkiTensor):
         operands.append(("src", src))
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     if predicate.dtype not in PREDICATE_DTYPES:
         raise DtypeError(f"{instr}: operand 'predicate' dtype is {dt.name(predicate.dtype)}, allowed uint8, uint16, "
                          f"uint32")

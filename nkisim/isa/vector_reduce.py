@@ -29,9 +29,7 @@ COMPARISONS = ("equal", "less", "less_equal", "greater", "greater_equal")
 
 def _elementwise_operands(instr, dst, src, src_role="data"):
     operands = [("dst", dst), (src_role, src)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     for role, t in operands:
         chk.not_packed(instr, role, t)
 
@@ -150,9 +148,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     instr = "select_reduce"
     run = runtime.begin(instr)
     operands = [("dst", dst), ("predicate", predicate), ("on_true", on_true)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     if on_true.buffer == PSUM and predicate.buffer == PSUM:
         raise MemoryPlacementError(f"{instr}: operands 'on_true' and 'predicate' are both in psum; at most one may be")
     if predicate.dtype not in SELECT_PREDICATE_DTYPES:

@@ -44,9 +44,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     run = runtime.begin(instr)
     op0, op1 = _arith(instr, "op0", op0), _arith(instr, "op1", op1)
     operands = [("dst", dst), ("data0", data0), ("data1", data1)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     if data0.buffer == PSUM and data1.buffer == PSUM:
         raise MemoryPlacementError(f"{instr}: operands 'data0' and 'data1' are both in psum; at most one may be")
     p = data0.shape[0]
@@ -72,9 +70,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=rc.
     if not isinstance(op1, ops_mod.Op) or op1.name not in CUMULATIVE_OPS:
         raise ShapeError(f"{instr}: op1 must be one of nl.{', nl.'.join(CUMULATIVE_OPS)}, got {op1!r}")
     operands = [("dst", dst), ("src", src)]
-    chk.on_chip_operands(instr, operands)
-    chk.same_partitions(instr, operands)
-    chk.same_free_size(instr, operands)
+    chk.elementwise_operands(instr, operands)
     for role, t in operands:
         if t.dtype in (dt.int32, dt.uint32):
             raise DtypeError(f"{instr}: operand '{role}' dtype {dt.name(t.dtype)} is not supported (no int32/uint32)")
