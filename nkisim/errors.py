@@ -52,3 +52,8 @@ class NotSimulatedError(NkiError):
 def limit_error(cls: type[NkiError], instr: str, operand: str, what: str, value, limit) -> NkiError:
     """Build the standard message: ``<instr>: operand '<operand>' <what> is <value>, limit <limit>``."""
     return cls(f"{instr}: operand '{operand}' {what} is {value}, limit {limit}")
+
+
+class DataDependentWarning(UserWarning):
+    """A kernel took the truth value of a tensor: data-dependent Python that runs in a simulator but
+    does not compile for Trainium (the NKI docs' examples still write ``assert nl.equal(a, b)``)."""

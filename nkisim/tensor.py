@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 
 from . import dtypes as dt
-from .errors import AccessPatternError
+from .errors import AccessPatternError, DataDependentWarning
 from .tensor_views import ViewMethods, _alias, _contiguous_strides, _is_contiguous, ds, runtime_int  # noqa: F401
 
 class BufferKind(str):
@@ -141,7 +142,11 @@ class NkiTensor(ViewMethods):
     def __bool__(self):
         """All elements nonzero. On hardware a tensor has no truth value at compile time; the NKI API
         docs' own examples nevertheless write ``assert nl.equal(a, b)``, which the CPU simulator
-        evaluates on the data, so nkisim does too (kernels must not branch on data)."""
+        evaluates on the data, so nkisim does too, with a ``DataDependentWarning`` (the project's
+        own kernel tests turn it into an error: kernels must not branch on data)."""
+        warnings.warn(DataDependentWarning(
+            f"truth value of tensor {self.name} taken inside a kernel: data-dependent Python does not "
+            f"compile for Trainium"), stacklevel=2)
         values = np.asarray(self.numpy())
         return bool(np.all(values != 0))
 
