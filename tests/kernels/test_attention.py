@@ -193,8 +193,9 @@ def test_return_lse_false_returns_only_the_output():
 
 def test_vit_b16_full_size_runs_the_nki_instructions():
     """The performance shape (B=8, 197 tokens, 12 heads, D=64, bf16, bshd) within SBUF/PSUM limits,
-    and what ran: QK^T, transposes and PV on TensorE, exp on ScalarE, row max on VectorE (several
-    heads per instruction), Q/K by DMA transpose (trn2), large DMAs, no HBM round trip."""
+    and what ran (the transposed softmax): S = QK^T on TensorE with the row max on VectorE (several
+    heads per instruction), S^T - m by a D + 1 contraction, exp on ScalarE writing P^T to SBUF
+    (no P^T transposes), PV on TensorE, Q/K by DMA transpose (trn2), large DMAs, no HBM round trip."""
     trace = run_and_check(8, 12, 12, 197, 197, 64)
     by_name = {}
     for instr in trace:
@@ -203,10 +204,16 @@ def test_vit_b16_full_size_runs_the_nki_instructions():
     assert all(i.operand("dst").buffer == "psum" for i in matmuls)
     # PV matmuls multiply by [V | 1]: D + 1 columns, the last one giving the softmax row sums.
     assert sum(1 for i in matmuls if i.attrs["n"] == 65) == 8 * 12 * 2 * 2     # (b, h, q tile, key chunk)
-    assert ("tensor", "nc_transpose") in by_name
+    # S^T - m: contraction over D + 1 rows (the -m row of Q_aug against the ones row of K_aug),
+    # all 197 queries as the moving side, one per (b, h, key chunk).
+    transposed_scores = [i for i in matmuls if i.attrs["k"] == 65]
+    assert len(transposed_scores) == 8 * 12 * 2 and all(i.attrs["n"] == 197 for i in transposed_scores)
+    # TensorE transposes only move the -m columns (a few heads wide), never P.
+    assert all(i.operand("data").free_elems <= 12 for i in by_name[("tensor", "nc_transpose")])
     exps = [i for i in by_name[("scalar", "activation")] if i.attrs["op"] == "exp"]
-    assert len(exps) == 8 * 12 * 2          # one per (batch, head, query tile)
-    assert all(i.operand("data").buffer == "psum" and i.operand("data").free_elems == 197 for i in exps)
+    assert len(exps) == 8 * 4 * 2           # one per (batch, unit of 3 heads, key chunk)
+    assert all(i.operand("data").buffer == "psum" and i.operand("dst").buffer == "sbuf"
+               and i.operand("data").free_elems == 3 * 197 for i in exps)
     reduces = by_name[("vector", "tensor_reduce")]
     assert all(i.operand("data").free_elems % 197 == 0 and i.operand("data").free_elems > 197 for i in reduces)
     assert ("dma", "dma_transpose") in by_name
@@ -216,9 +223,43 @@ def test_vit_b16_full_size_runs_the_nki_instructions():
     # V loads and output stores move all 12 heads of a 128-token tile at once: 1536 B per partition.
     copies = by_name[("dma", "dma_copy")]
     stores = [i for i in copies if i.operand("dst").buffer == "shared_hbm" and i.operand("src").dtype == "bfloat16"]
-    loads = [i for i in copies if i.operand("dst").buffer == "sbuf"]
+    loads = [i for i in copies if i.operand("dst").buffer == "sbuf" and i.operand("src").buffer.endswith("hbm")]
+    assert stores and loads
     for i, side in [(i, "src") for i in stores] + [(i, "dst") for i in loads]:
         assert i.operand(side).nbytes // i.operand(side).partitions == 12 * 64 * 2
+
+
+def _ran_transposed_softmax(trace, head_dim):
+    return any(i.name == "nc_matmul" and i.attrs["k"] == head_dim + 1 for i in trace)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("q_heads,kv_heads", [(8, 2), (4, 1)])
+def test_gqa_without_masks(layout, q_heads, kv_heads):
+    # Query head h reads kv head h // (Hq // Hkv) in the transposed softmax's K_aug and V too.
+    trace = run_and_check(1, q_heads, kv_heads, 300, 300, 64, layout=layout)
+    assert _ran_transposed_softmax(trace, 64)
+
+
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_non_positive_scale_16bit(scale):
+    # The transposed softmax takes the row min as its stabiliser when scale < 0 (the max of
+    # scale * S); scale 0 gives uniform weights. Tolerance: bfloat16 (see the module docstring).
+    q, k, v, _ = make_inputs(1, 2, 2, 150, 197, 64, "bfloat16", "bshd")
+    with nkisim.trace() as trace:
+        out, lse = nkisim.simulate(attention.attention_fwd)(q, k, v, scale=scale, layout="bshd", return_lse=True)
+    assert _ran_transposed_softmax(trace, 64)
+    ref_out, ref_lse = reference(q, k, v, None, scale, False, "bshd")
+    tol = TOLERANCE["bfloat16"]
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=tol, rtol=tol)
+    np.testing.assert_allclose(lse.astype(np.float64), ref_lse, atol=tol, rtol=tol)
+
+
+def test_large_scores_are_stable_16bit():
+    # Scores of magnitude ~100 in bfloat16: the stabiliser m is rounded to bf16 (error up to
+    # |m| * 2^-9 ~ 0.25), which any value near the max tolerates; bf16 tolerance as elsewhere.
+    trace = run_and_check(1, 2, 2, 197, 197, 64, q_gain=40.0)
+    assert _ran_transposed_softmax(trace, 64)
 
 
 @pytest.mark.parametrize("layout,q_heads,kv_heads,head_dim", [("bshd", 4, 4, 64), ("bhsd", 4, 2, 80)])
