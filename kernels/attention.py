@@ -71,10 +71,10 @@ transposes instead.
 
 Cost-model estimates (nkisim.cost, trn2, bf16; roofline = max(FLOPs at 79 TFLOPS, q/k/v/o bytes
 at 362 GB/s)), transposed softmax (row-tile softmax, the previous schedule, in brackets):
-ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 58.9 us (68.4), 62.9 us with lse (72.5), vs a
-26.7 us roofline; "bhsd" 98.0 us (108.6: per-head DMA transposes bound it); ViT-L/14@336 (B=1)
-80.7 us (87.8) vs 17.5; SigLIP-so400m (B=1) 117.5 us (142.6) vs 31; CLIP-B/32 (B=8, 50 tokens)
-22.8 us (25.9). ViT-B/16 engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 35, DMA 32 us
+ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 58.0 us (68.4), 62.0 us with lse (72.5), vs a
+26.7 us roofline; "bhsd" 98.9 us (108.6: per-head DMA transposes bound it); ViT-L/14@336 (B=1)
+78.9 us (87.8) vs 17.5; SigLIP-so400m (B=1) 111.3 us (142.6) vs 31; CLIP-B/32 (B=8, 50 tokens)
+22.4 us (25.9). ViT-B/16 engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 35, DMA 33 us
 (was 42 / 59 / 58 / 20 / 33). What remains: the row max (VectorE, ~40 us) and the exp (ScalarE,
 ~32 us) cost one cycle per score row element whether a tile holds 128 or 69 queries/keys, and
 TensorE now computes the scores twice (S for the max, S^T for P).
@@ -696,7 +696,7 @@ def _attend_transposed(ctx, B, Hkv, Sq):
     heads = min(q_group, MAX_GROUP_HEADS, SCORE_TILE_BYTES // (4 * ctx["s_slot"]),
                 ST_BANKS * (SCORE_COLS // ctx["st_slot"]), PSUM_BANK_BYTES // (4 * (D + 1)),
                 max(UNIT_MIN_HEADS, math.ceil(UNIT_SCORES / (nq_max * Sk))))
-    heads = max(1, heads)
+    ctx["unit_heads"] = heads = max(1, heads)
     units = []
     for b in range(B):
         for g0 in range(0, Hkv, ctx["kv_group"]):
@@ -725,18 +725,19 @@ def _ensure_augmented(blk, ctx):
     if kv["k_aug"] is None:
         b, g0, n = kv["b"], kv["g0"], ctx["kv_group"]
         k_aug = nl.ndarray((D + 1, n, Sk), dtype=dtype, buffer=nl.sbuf)
-        _dma_transpose_heads(k_aug, ctx["k"], layout, b, 0, Sk, g0, n)
+        first = ctx["unit_heads"] if (kv["b"], kv["g0"]) == (0, 0) and ctx["rep"] == 1 else 0
+        _dma_transpose_heads(k_aug, ctx["k"], layout, b, 0, Sk, g0, n, first)
         if ctx["ones_row"] is None:
             # A memset of one partition costs as much as of all 128: set the ones row once, copy it by DMA.
             ctx["ones_row"] = nl.ndarray((1, n, Sk), dtype=dtype, buffer=nl.sbuf)
             nisa.memset(dst=ctx["ones_row"], value=1.0, engine=nisa.engine.gpsimd)
         nisa.dma_copy(dst=k_aug[D:D + 1], src=ctx["ones_row"], dge_mode=nisa.dge_mode.hwdge)
         kv["k_aug"] = k_aug
-        kv["v_aug"] = _load_v_with_ones(ctx["v"], ctx, b, g0, n)
     if blk["q_aug"] is None:
         b, h0, t0, nq, n = blk["b"], blk["h0"], blk["t0"], blk["nq"], ctx["q_group"]
         blk["q_aug"] = nl.ndarray((D + 1, n, nq), dtype=dtype, buffer=nl.sbuf)
-        _dma_transpose_heads(blk["q_aug"], ctx["q"], layout, b, t0, nq, h0, n)
+        first = ctx["unit_heads"] if (b, h0, t0) == (0, 0, 0) else 0
+        _dma_transpose_heads(blk["q_aug"], ctx["q"], layout, b, t0, nq, h0, n, first)
         n_tiles = math.ceil(nq / Q_TILE)
         blk["neg_stat"] = nl.ndarray((Q_TILE, n_tiles, n), dtype=dtype, buffer=nl.sbuf)
         blk["tiles"] = []
@@ -745,14 +746,19 @@ def _ensure_augmented(blk, ctx):
                                  "o_acc": nl.ndarray((Q_TILE, n, D + 1), dtype=nl.float32, buffer=nl.sbuf),
                                  "o_sb": nl.ndarray((Q_TILE, n, D), dtype=dtype, buffer=nl.sbuf),
                                  "inv_sum": nl.ndarray((Q_TILE, n), dtype=nl.float32, buffer=nl.sbuf)})
+    if kv["v_aug"] is None:      # after Q and K: PV needs V three steps later than S needs Q and K
+        kv["v_aug"] = _load_v_with_ones(ctx["v"], ctx, kv["b"], kv["g0"], ctx["kv_group"])
 
 
-def _dma_transpose_heads(x_aug, x, layout, b, t0, n_tok, h0, n_heads):
+def _dma_transpose_heads(x_aug, x, layout, b, t0, n_tok, h0, n_heads, first_heads=0):
     """x_aug[:D, j, :] = tokens [t0, t0 + n_tok) of head h0 + j, transposed: in "bshd" one DMA for
-    all heads (a token's heads are contiguous), in "bhsd" one per head (each head is contiguous)."""
+    all heads (a token's heads are contiguous), in "bhsd" one per head (each head is contiguous).
+    ``first_heads``: in "bshd", move those heads by a DMA of their own first (so that the first
+    pipeline unit can start before the rest arrives)."""
     D = x.shape[-1]
     if layout == "bshd":
-        nisa.dma_transpose(dst=x_aug[:D, :, :n_tok], src=x[b, t0:t0 + n_tok, h0:h0 + n_heads, :])
+        for j0, j1 in ((0, first_heads), (first_heads, n_heads)) if 0 < first_heads < n_heads else ((0, n_heads),):
+            nisa.dma_transpose(dst=x_aug[:D, j0:j1, :n_tok], src=x[b, t0:t0 + n_tok, h0 + j0:h0 + j1, :])
         return
     for j in range(n_heads):
         nisa.dma_transpose(dst=x_aug[:D, j, :n_tok], src=x[b, h0 + j, t0:t0 + n_tok, :])
