@@ -1,13 +1,15 @@
 """What the benchmarks run: the real model attention shapes and the kernels to time.
 
 Kernels are discovered, not imported at module level: ``kernels/attention.py`` (``attention_fwd``)
-is loaded by file path after ``nkisim.install()`` (``kernels/`` is NKI source, not a Python package),
-and the benchmark falls back to the nkisim matmul example while it does not exist.
+is imported after ``nkisim.install()`` as the op layer imports it, ``neuron_vit_attn._nki.attention``
+(``torch_ext/neuron_vit_attn/_nki`` links to ``kernels/``, whose modules import each other relatively;
+``kernels/`` itself is NKI source, not a package), and the benchmark falls back to the nkisim matmul
+example while it does not exist.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import nkisim
 
 ROOT = Path(__file__).resolve().parent.parent
 ATTENTION_SOURCE = ROOT / "kernels" / "attention.py"
+TORCH_EXT = ROOT / "torch_ext"             # holds the neuron_vit_attn package
 TARGETS = ("trn1", "trn2", "trn3")
 PRIMARY_TARGET = "trn2"
 BATCHES = (1, 8)
@@ -56,10 +59,10 @@ def load_attention_kernel():
     if not ATTENTION_SOURCE.exists():
         return None
     nkisim.install()
-    spec = importlib.util.spec_from_file_location("neuron_vit_attn_bench_attention", ATTENTION_SOURCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.attention_fwd
+    if str(TORCH_EXT) not in sys.path:
+        sys.path.insert(0, str(TORCH_EXT))
+    from neuron_vit_attn._nki import attention
+    return attention.attention_fwd
 
 
 def neuron_device_available() -> bool:

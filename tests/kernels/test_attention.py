@@ -15,9 +15,6 @@ Tolerances, by input dtype (errors measured are well below them):
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -25,16 +22,15 @@ import torch
 
 import nkisim
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 TOLERANCE = {"bfloat16": 2e-2, "float16": 3e-3, "float32": 1e-5}
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
 
 
 def _load_kernel_module():
+    """kernels/attention.py as the op layer imports it: ``neuron_vit_attn._nki`` is a link to kernels/,
+    whose modules import each other relatively (pytest's pythonpath has torch_ext)."""
     nkisim.install()     # `import nki` inside the kernel resolves to nkisim
-    spec = importlib.util.spec_from_file_location("nki_attention_kernel", REPO / "kernels" / "attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from neuron_vit_attn._nki import attention as module
     return module
 
 
@@ -290,6 +286,23 @@ def test_bad_shapes_are_rejected(q_shape, kv_shape, match):
 def test_key_length_limit_is_named():
     q = np.zeros((1, 1, 1, 128), ml_dtypes.bfloat16)
     k = np.zeros((1, 1, 20000, 128), ml_dtypes.bfloat16)
+    with pytest.raises(AssertionError, match="KV_RESIDENT_BYTES"):
+        nkisim.simulate(attention.attention_fwd)(q, k, k, scale=0.1)
+
+
+@pytest.mark.parametrize("head_dim, itemsize", [(64, 2), (128, 2), (256, 2), (256, 4)])
+def test_kv_fits_is_the_kernels_own_key_length_limit(head_dim, itemsize):
+    """kv_fits (what callers ask before calling) flips exactly where the trace-time assert starts:
+    the longest accepted key sequence passes the input checks, one key more is rejected."""
+    longest = 1
+    while attention.kv_fits(longest + 1, head_dim, itemsize):
+        longest += 1
+    assert 1000 < longest < 50000 and not attention.kv_fits(longest + 1, head_dim, itemsize)
+    dtype = ml_dtypes.bfloat16 if itemsize == 2 else np.float32
+    q = np.zeros((1, 1, 1, head_dim), dtype)
+    attention._check_inputs(q, np.zeros((1, 1, longest, head_dim), dtype), np.zeros((1, 1, longest, head_dim), dtype),
+                            None, 0.1, "bhsd")
+    k = np.zeros((1, 1, longest + 1, head_dim), dtype)
     with pytest.raises(AssertionError, match="KV_RESIDENT_BYTES"):
         nkisim.simulate(attention.attention_fwd)(q, k, k, scale=0.1)
 
