@@ -146,10 +146,10 @@ def test_sim_fully_masked_rows_are_zero_like_sdpa(sim):
 
 
 def _largest_resident_kv_len(head_dim, itemsize):
-    """The longest key sequence the kernel's own SBUF budget formula accepts."""
+    """The longest key sequence the kernel's own limit (``kv_fits``, its trace-time assert) accepts."""
     module = _backend.sim_kernel_module()
     kv_len = 1
-    while module._resident_bytes(1, kv_len + 1, head_dim, itemsize) <= module.KV_RESIDENT_BYTES:
+    while module.kv_fits(kv_len + 1, head_dim, itemsize):
         kv_len += 1
     return kv_len
 

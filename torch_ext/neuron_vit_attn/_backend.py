@@ -120,12 +120,12 @@ def simulated_kernel():
 
 def kv_budget_reason(kernel_module, query, key) -> str | None:
     """The kernel keeps one kv head's K^T and V resident in SBUF: too many keys for that budget is
-    a case for the reference. The kernel module's own formula decides (its trace-time assert)."""
+    a case for the reference. The kernel module's public ``kv_fits`` decides (the same check as its
+    trace-time assert)."""
     head_dim, kv_len = query.shape[-1], key.shape[2]
-    need = kernel_module._resident_bytes(1, kv_len, head_dim, query.element_size())
-    if need > kernel_module.KV_RESIDENT_BYTES:
-        return (f"{kv_len} keys of head_dim {head_dim} (resident K/V would need {need} B per SBUF partition, "
-                f"the kernel allows {kernel_module.KV_RESIDENT_BYTES})")
+    if not kernel_module.kv_fits(kv_len, head_dim, query.element_size()):
+        return (f"{kv_len} keys of head_dim {head_dim} (resident K/V exceed the kernel's SBUF budget of "
+                f"{kernel_module.KV_RESIDENT_BYTES} B per partition)")
     return None
 
 
