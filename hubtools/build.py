@@ -167,11 +167,15 @@ def _stage_variant(repo_root: Path, files: list[str], config: KernelConfig, vari
 
 
 def _nki_docstrings(repo_root: Path, files: list[str]) -> dict:
-    """Module docstrings of the NKI kernel sources, by module name (they state shapes, dtypes, limits)."""
+    """Module docstrings of the NKI kernel entry modules (those defining an ``@nki.jit`` kernel), by module
+    name: they state shapes, dtypes and limits; helper modules' docstrings describe internals."""
     docs = {}
     for rel in files:
         if rel.startswith(f"{NKI_SOURCES}/") and rel.endswith(".py") and not rel.endswith("__init__.py"):
-            doc = ast.get_docstring(ast.parse((repo_root / rel).read_text(encoding="utf-8")))
+            source = (repo_root / rel).read_text(encoding="utf-8")
+            if "@nki.jit" not in source:
+                continue
+            doc = ast.get_docstring(ast.parse(source))
             if doc:
                 docs[rel[len(NKI_SOURCES) + 1:-3].replace("/", ".")] = doc
     return docs

@@ -75,8 +75,12 @@ KERNEL = '''"""Toy NKI attention kernel. Supports float32 and bfloat16, head_dim
 import nki
 
 
+@nki.jit
 def attention_fwd(q, k, v):
     return q
+'''
+
+KERNEL_HELPER = '''"""Toy helper module of the kernel: internals, not shown on the card."""
 '''
 
 
@@ -97,6 +101,7 @@ def make_minirepo(root: Path) -> Path:
         (package / name).write_text(text)
     (package / "_nki").symlink_to(Path("..") / ".." / "kernels")
     (root / "kernels" / "attention.py").write_text(KERNEL)
+    (root / "kernels" / "attention_tiles.py").write_text(KERNEL_HELPER)
     (root / ".gitignore").write_text("build/\n__pycache__/\n")
     git(root, "init", "-q")
     git(root, "add", ".")

@@ -73,6 +73,7 @@ def test_card_lists_the_api_and_the_kernel_limits(built):
     assert "`supports_flash_attn = True`" in card
     assert "- `layers.ToyAttention`: Toy stateless layer." in card
     assert "Supports float32 and bfloat16, head_dim <= 128." in card     # from the kernel's docstring
+    assert "not shown on the card" not in card                          # helper modules stay off the card
     assert "No benchmark report in this build" in card
     assert result.source.tree_hash in card
 
