@@ -13,13 +13,7 @@ conditions, so the result stays conservative: it may report a false overlap, nev
 
 from __future__ import annotations
 
-
-def _contiguous_strides(shape) -> list:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= s
-    return list(reversed(strides))
+from ..tensor_views import _contiguous_strides
 
 
 def storage_box(tensor) -> tuple | None:

@@ -85,11 +85,8 @@ def attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
                   scale: float, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """CPU: the eager reference (``auto``, ``reference``) or the NKI kernel in the simulator (``sim``)."""
     if _backend.selected_backend() == "sim":
-        module = _backend.sim_kernel_module()
-        reason = kernel_unsupported_reason(query, key, value, scale) or _backend.kv_budget_reason(module, query, key)
-        if reason is None:
-            return _run_kernel(_backend.simulated_kernel(), query, key, value, mask, scale, is_causal)
-        _warn_reference_fallback(reason, "NEURON_VIT_ATTN_BACKEND=sim")
+        return _kernel_or_reference(_backend.sim_kernel_module(), _backend.simulated_kernel,
+                                    "NEURON_VIT_ATTN_BACKEND=sim", query, key, value, mask, scale, is_causal)
     return _reference(query, key, value, mask, scale, is_causal)
 
 
@@ -97,11 +94,17 @@ def attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
 def _attention_fwd_neuron(query, key, value, mask, scale, is_causal):
     """``neuron`` device: the NKI kernel on the device tensors (reference if forced or unsupported)."""
     if _backend.selected_backend() != "reference":
-        module = _backend.device_kernel_module()
-        reason = kernel_unsupported_reason(query, key, value, scale) or _backend.kv_budget_reason(module, query, key)
-        if reason is None:
-            return _run_kernel(_backend.device_kernel(), query, key, value, mask, scale, is_causal)
-        _warn_reference_fallback(reason, "neuron device")
+        return _kernel_or_reference(_backend.device_kernel_module(), _backend.device_kernel, "neuron device",
+                                    query, key, value, mask, scale, is_causal)
+    return _reference(query, key, value, mask, scale, is_causal)
+
+
+def _kernel_or_reference(module, get_kernel, where, query, key, value, mask, scale, is_causal):
+    """The NKI kernel when it covers the inputs, else the reference with a one-time warning naming why."""
+    reason = kernel_unsupported_reason(query, key, value, scale) or _backend.kv_budget_reason(module, query, key)
+    if reason is None:
+        return _run_kernel(get_kernel(), query, key, value, mask, scale, is_causal)
+    _warn_reference_fallback(reason, where)
     return _reference(query, key, value, mask, scale, is_causal)
 
 
