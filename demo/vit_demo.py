@@ -4,7 +4,8 @@ Steps: ``make build``'s build (:mod:`hubtools.build`) writes ``build/``; ``LOCAL
 ``org/neuron-vit-attn`` to this checkout so ``kernels.get_kernel("org/neuron-vit-attn", version=1)`` loads the
 artifact offline; a ViT-B/16-architecture model (hidden 768, 12 layers, 12 heads, 224 px -> 197 tokens; random
 weights, batch 1) is built twice from its config, once with ``attn_implementation="sdpa"`` and once with
-``attn_implementation="org/neuron-vit-attn"``, with the same weights, and their outputs are compared.
+``attn_implementation="org/neuron-vit-attn"``, with the same weights, and their outputs are compared in fp32
+and in bf16 (the dtype vision towers run in on Trainium; sdpa's own bf16-vs-fp32 drift is printed as the yardstick).
 
 On a CPU host the CPU build runs the NKI kernel in nkisim (``NEURON_VIT_ATTN_BACKEND=sim``); every attention call
 is traced, and the cost model estimates what those calls would take on trn2 (an estimate, not a measurement).
@@ -33,6 +34,8 @@ VIT_B16 = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, in
                image_size=224, patch_size=16)
 BATCH = 1
 SEED = 0
+DTYPES = (torch.float32, torch.bfloat16)
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 _start = time.perf_counter()
 
@@ -76,13 +79,13 @@ class AttentionCallTraces:
             handle.remove()
 
 
-def cost_estimate(traces) -> str:
+def cost_estimate(traces, dtype_name: str) -> str:
     try:
         profiles = [trace.estimate(COST_TARGET) for trace in traces]
     except ImportError as err:            # nkisim without its cost model
         return f"cost model unavailable ({err})"
     total_us = sum(p.time_us for p in profiles)
-    return (f"{total_us:.1f} us for {len(profiles)} fp32 attention calls ({total_us / len(profiles):.1f} us each) "
+    return (f"{total_us:.1f} us for {len(profiles)} {dtype_name} attention calls ({total_us / len(profiles):.1f} us each) "
             f"[cost-model estimate, {COST_TARGET}; not a measurement]")
 
 
@@ -127,39 +130,51 @@ def main() -> None:
     if on_device:
         reference, model, pixel_values = reference.to("neuron"), model.to("neuron"), pixel_values.to("neuron")
 
-    with torch.no_grad():
-        started = time.perf_counter()
-        expected = reference(pixel_values=pixel_values).last_hidden_state
-        say(f"sdpa forward: {time.perf_counter() - started:.2f} s")
-        attention_modules = [m for m in model.modules() if isinstance(m, ViTAttention)]
-        layers = len(attention_modules)
-        heads = config.num_attention_heads
-        shape = f"q/k/v ({BATCH}, {heads}, {tokens}, {config.hidden_size // heads})"
-        say(f"kernel forward: {layers} attention calls, {shape} ...")
-        started = time.perf_counter()
-        if on_device:
-            traces = None
-            got = model(pixel_values=pixel_values).last_hidden_state
-        else:
-            def progress(index, trace):
-                say(f"  attention call {index}/{layers}: {len(trace)} NKI instructions "
-                    f"({trace.count('nc_matmul')} nc_matmul)")
-            with AttentionCallTraces(attention_modules, progress) as calls:
-                got = model(pixel_values=pixel_values).last_hidden_state
-            traces = calls.traces
-        say(f"kernel forward: {time.perf_counter() - started:.2f} s")
+    attention_modules = [m for m in model.modules() if isinstance(m, ViTAttention)]
+    layers, heads = len(attention_modules), config.num_attention_heads
+    shape = f"q/k/v ({BATCH}, {heads}, {tokens}, {config.hidden_size // heads})"
+    results = []
+    for dtype in DTYPES:                    # fp32 first, then bf16, the dtype models run in on Trainium
+        reference, model = reference.to(dtype), model.to(dtype)
+        inputs = pixel_values.to(dtype)
+        with torch.no_grad():
+            started = time.perf_counter()
+            expected = reference(pixel_values=inputs).last_hidden_state
+            say(f"{DTYPE_NAMES[dtype]}: sdpa forward {time.perf_counter() - started:.2f} s; kernel forward, "
+                f"{layers} attention calls, {shape} ...")
+            started = time.perf_counter()
+            if on_device:
+                traces = None
+                got = model(pixel_values=inputs).last_hidden_state
+            else:
+                def progress(index, trace):
+                    say(f"  attention call {index}/{layers}: {len(trace)} NKI instructions "
+                        f"({trace.count('nc_matmul')} nc_matmul)")
+                with AttentionCallTraces(attention_modules, progress) as calls:
+                    got = model(pixel_values=inputs).last_hidden_state
+                traces = calls.traces
+                if not traces or not all(t.count("nc_matmul") for t in traces):
+                    raise SystemExit("the NKI kernel did not run for every attention call")
+            say(f"{DTYPE_NAMES[dtype]}: kernel forward {time.perf_counter() - started:.2f} s")
+        expected = expected.float().cpu()
+        fp32_expected = results[0][4] if results else expected
+        error = (got.float().cpu() - expected).abs().max().item()
+        # How far sdpa itself moves from its fp32 result in this dtype: the yardstick for the kernel's error.
+        dtype_error = (expected - fp32_expected).abs().max().item()
+        results.append((dtype, error, expected.abs().max().item(), traces, expected, dtype_error))
 
-    error = (got.float().cpu() - expected.float().cpu()).abs().max().item()
-    scale = expected.float().abs().max().item()
     print()
     print(f"variant:      build/{variant} ({kernel.__name__})")
     print(f"backend:      {backend}")
-    print(f"model:        ViT-B/16 architecture, random weights, batch {BATCH}, {tokens} tokens, fp32")
-    print(f"max abs error vs sdpa (last_hidden_state): {error:.2e} (max |sdpa| {scale:.2f})")
-    if traces is not None:
-        if not traces or not all(t.count("nc_matmul") for t in traces):
-            raise SystemExit("the NKI kernel did not run for every attention call")
-        print(f"estimate:     {cost_estimate(traces)}")
+    print(f"model:        ViT-B/16 architecture, random weights, batch {BATCH}, {tokens} tokens")
+    for dtype, error, scale, traces, _, dtype_error in results:
+        name = DTYPE_NAMES[dtype]
+        print(f"{name}:")
+        yardstick = f"; sdpa in {name} vs sdpa in fp32: {dtype_error:.2e}" if dtype != DTYPES[0] else ""
+        print(f"  max abs error vs sdpa in {name} (last_hidden_state): {error:.2e} (max |sdpa| {scale:.2f}"
+              f"{yardstick})")
+        if traces is not None:
+            print(f"  estimate: {cost_estimate(traces, name)}")
     print(f"total time:   {time.perf_counter() - _start:.1f} s")
 
 
