@@ -127,20 +127,14 @@ def compute_cycles(instr, target) -> tuple[float, bool]:
         n_part = n if (mixed or cheap_bf16) else 2 * n
         if target.nc_version >= 3 and all(o.buffer == SBUF for o in ins) and _all_16bit(instr.operands):
             n_part /= 2
-    elif name == "tensor_scalar":
+    elif name in ("tensor_scalar", "tensor_copy"):
         n_part = n
         if engine == "vector":
             n_part /= vector_perf_factor(instr, target)
         elif engine == "scalar" and target.nc_version >= 4 and _all_16bit(ins + _outs(instr)):
             n_part /= 2
         elif engine == "gpsimd" and (a.get("op0") == "rsqrt" or a.get("op1") == "rsqrt"):
-            n_part *= 4     # GpSimd rsqrt has 4x lower throughput than ScalarE (4.3a note)
-    elif name == "tensor_copy":
-        n_part = n
-        if engine == "vector":
-            n_part /= vector_perf_factor(instr, target)
-        elif engine == "scalar" and target.nc_version >= 4 and _all_16bit(ins + _outs(instr)):
-            n_part /= 2
+            n_part *= 4     # GpSimd rsqrt (tensor_scalar) has 4x lower throughput than ScalarE (4.3a note)
     elif name == "scalar_tensor_tensor":
         cheap = (all(o.dtype == "bfloat16" for o in ins) and a.get("op0") == "subtract"
                  and a.get("op1") == "multiply" and n % 2 == 0)

@@ -27,19 +27,26 @@ TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
 TILE_N = nl.tile_size.gemm_moving_fmax      # 512
 
 
+def _stage_k_slices(lhsT, rhs):
+    """Both operands into SBUF once, one [128, M] and one [128, N] tile per 128-deep K slice, in K order
+    (so the first matmuls can start while later slices stream in). Inlined into the kernels at trace time."""
+    lhsT_sb, rhs_sb = [], []
+    for k in range(lhsT.shape[0] // TILE_K):
+        a = nl.ndarray((TILE_K, lhsT.shape[1]), dtype=lhsT.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[k * TILE_K:(k + 1) * TILE_K, :])
+        b = nl.ndarray((TILE_K, rhs.shape[1]), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=b, src=rhs[k * TILE_K:(k + 1) * TILE_K, :])
+        lhsT_sb.append(a)
+        rhs_sb.append(b)
+    return lhsT_sb, rhs_sb
+
+
 @nki.jit
 def matmul_staged(lhsT, rhs):
     K, M = lhsT.shape
     _, N = rhs.shape
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    lhsT_sb, rhs_sb = [], []
-    for k in range(K // TILE_K):
-        a = nl.ndarray((TILE_K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=a, src=lhsT[k * TILE_K:(k + 1) * TILE_K, :])
-        b = nl.ndarray((TILE_K, N), dtype=rhs.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=b, src=rhs[k * TILE_K:(k + 1) * TILE_K, :])
-        lhsT_sb.append(a)
-        rhs_sb.append(b)
+    lhsT_sb, rhs_sb = _stage_k_slices(lhsT, rhs)
     banks = [nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum) for _ in range(2)]
     for m in range(M // TILE_M):
         row = nl.ndarray((TILE_M, N), dtype=result.dtype, buffer=nl.sbuf)
@@ -58,14 +65,7 @@ def matmul_streamed(lhsT, rhs):
     K, M = lhsT.shape
     _, N = rhs.shape
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    lhsT_sb, rhs_sb = [], []
-    for k in range(K // TILE_K):
-        a = nl.ndarray((TILE_K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=a, src=lhsT[k * TILE_K:(k + 1) * TILE_K, :])
-        b = nl.ndarray((TILE_K, N), dtype=rhs.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=b, src=rhs[k * TILE_K:(k + 1) * TILE_K, :])
-        lhsT_sb.append(a)
-        rhs_sb.append(b)
+    lhsT_sb, rhs_sb = _stage_k_slices(lhsT, rhs)
     n_banks = N // TILE_N
     blocks = 8 // n_banks                      # row blocks that fit in the 8 PSUM banks at once
     acc = [[nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum) for _ in range(n_banks)]
