@@ -3,7 +3,7 @@ roofline of the problem (not of the kernel's own traffic), for pytest-benchmark'
 
 from __future__ import annotations
 
-from cases import TARGETS
+from cases import PRIMARY_TARGET, TARGETS
 from nkisim.cost import roofline
 
 
@@ -32,3 +32,15 @@ def extra_info(rows: list[dict]) -> dict:
                      f"bound_by_{t}": r["bound_by"]})
     info["hbm_bytes"] = rows[0]["hbm_bytes"] if rows else 0
     return info
+
+
+def record_nkisim_run(benchmark, collector, progress, trace, kernel: str, case: str, flops: int, min_bytes: int,
+                      elapsed_s: float) -> None:
+    """Estimate one nkisim run on every target, put it in extra_info and the report, and print its line."""
+    rows = rows_for(trace, kernel, case, flops, min_bytes)
+    benchmark.extra_info.update(extra_info(rows))
+    collector.rows.extend(rows)
+    collector.add_cpu(case, nkisim_cpu_s=elapsed_s)
+    main = next(r for r in rows if r["target"] == PRIMARY_TARGET)
+    progress(f"nkisim {elapsed_s:.1f} s CPU; {PRIMARY_TARGET} ESTIMATE {main['estimate_us']:.1f} us vs roofline "
+             f"{main['roofline_us']:.1f} us (x{main['ratio']:.1f}), MFU {main['mfu']:.1%}")

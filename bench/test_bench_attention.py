@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cases import (BATCHES, MODELS, PRIMARY_TARGET, attention_bytes, attention_flops, load_attention_kernel,
+from cases import (BATCHES, MODELS, attention_bytes, attention_flops, load_attention_kernel,
                    neuron_device_available)
-from estimates import extra_info, rows_for
+from estimates import record_nkisim_run
 
 ATTENTION = load_attention_kernel()
 CASES = [pytest.param(shape, batch, id=f"{shape.model}-B{batch}") for shape in MODELS for batch in BATCHES]
@@ -68,14 +68,8 @@ def test_nkisim_attention(benchmark, collector, progress, shape, batch):
     # bf16 inputs: P is rounded to bf16 before the PV matmul and the output to bf16 (2^-8 relative each).
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
 
-    case = shape.label(batch)
-    rows = rows_for(traces[-1], "attention_fwd", case, attention_flops(batch, shape), attention_bytes(batch, shape))
-    benchmark.extra_info.update(extra_info(rows))
-    collector.rows.extend(rows)
-    collector.add_cpu(case, nkisim_cpu_s=elapsed)
-    main = next(r for r in rows if r["target"] == PRIMARY_TARGET)
-    progress(f"nkisim {elapsed:.1f} s CPU; {PRIMARY_TARGET} ESTIMATE {main['estimate_us']:.1f} us vs roofline "
-             f"{main['roofline_us']:.1f} us (x{main['ratio']:.1f}), MFU {main['mfu']:.1%}")
+    record_nkisim_run(benchmark, collector, progress, traces[-1], "attention_fwd", shape.label(batch),
+                      attention_flops(batch, shape), attention_bytes(batch, shape), elapsed)
 
 
 def _synchronize():

@@ -11,8 +11,7 @@ import numpy as np
 import torch
 
 import nkisim
-from cases import PRIMARY_TARGET
-from estimates import extra_info, rows_for
+from estimates import record_nkisim_run
 
 SIZE = 1024
 CASE = f"matmul {SIZE}^3 bf16"
@@ -50,10 +49,5 @@ def test_nkisim_matmul_example(benchmark, collector, progress):
     ref = lhsT.astype(np.float32).T @ rhs.astype(np.float32)
     # bf16 output: one rounding of the fp32 accumulation (2^-8 relative to the largest value).
     assert np.abs(out.astype(np.float32) - ref).max() <= 2 ** -8 * np.abs(ref).max()
-    rows = rows_for(traces[-1], "matmul_tiled", CASE, 2 * SIZE ** 3, 3 * SIZE * SIZE * 2)
-    benchmark.extra_info.update(extra_info(rows))
-    collector.rows.extend(rows)
-    collector.add_cpu(CASE, nkisim_cpu_s=elapsed)
-    main = next(r for r in rows if r["target"] == PRIMARY_TARGET)
-    progress(f"nkisim {elapsed:.1f} s CPU; {PRIMARY_TARGET} ESTIMATE {main['estimate_us']:.1f} us vs roofline "
-             f"{main['roofline_us']:.1f} us, MFU {main['mfu']:.1%}")
+    record_nkisim_run(benchmark, collector, progress, traces[-1], "matmul_tiled", CASE, 2 * SIZE ** 3,
+                      3 * SIZE * SIZE * 2, elapsed)
