@@ -97,7 +97,7 @@ class KernelRun:
                 shared.append(storage)
         else:
             storage = Storage(buffer, shape, dtype, name)
-        storage.alloc_index = storage.last_use = self.counter
+        storage.last_use = self.counter
         if address is not None and buffer in ON_CHIP:
             storage.address = int(address[1])       # (partition offset, free byte offset)
         self.storages.append(storage)
@@ -179,6 +179,3 @@ def push(run: KernelRun) -> None:
 def pop() -> None:
     _stack().pop()
 
-
-def is_on_chip(t: NkiTensor) -> bool:
-    return t.buffer in ON_CHIP

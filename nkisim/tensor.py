@@ -64,7 +64,6 @@ class Storage:
         # alias made by NkiTensor.view(); liveness is tracked on the base.
         self.base = self
         # Liveness, in instruction indices of the kernel run (for SBUF/PSUM capacity).
-        self.alloc_index = 0
         self.first_use = None       # None until an instruction touches it
         self.last_use = 0
         self.address = None         # free byte offset when pinned with nl.ndarray(address=...)

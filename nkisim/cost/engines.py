@@ -181,11 +181,6 @@ def compute_cycles(instr, target) -> tuple[float, bool]:
     return cycles, known
 
 
-def compute_ns(instr, target) -> tuple[float, bool]:
-    cycles, known = compute_cycles(instr, target)
-    return cycles / target.clock_ghz(instr.engine), known
-
-
 def matmul_flops(instr) -> int:
     """Useful TensorE FLOPs: 2*K*M*N for nc_matmul, 0 for transposes (data movement, not math)."""
     if instr.name != "nc_matmul" or instr.attrs.get("is_transpose"):

@@ -55,7 +55,6 @@ class Slot:
 class ProgramSchedule:
     slots: list = field(default_factory=list)
     busy: dict = field(default_factory=dict)        # engine -> busy ns
-    dma_busy_per_engine: list = field(default_factory=list)
     unknown: dict = field(default_factory=dict)     # instruction name -> count priced by the default
 
     @property
@@ -125,7 +124,6 @@ class _Scheduler:
         self.busy["tensor"] = _union_length(self.tensor_intervals)
         self.busy["dma"] = max(self.pool.busy)
         self.sched.busy = self.busy
-        self.sched.dma_busy_per_engine = list(self.pool.busy)
         return self.sched
 
     def _place(self, instr) -> None:
