@@ -7,11 +7,14 @@ from cases import PRIMARY_TARGET, TARGETS
 from nkisim.cost import roofline
 
 
-def rows_for(trace, kernel: str, case: str, flops: int, min_bytes: int, dtype: str = "bfloat16") -> list[dict]:
+def rows_for(trace, kernel: str, case: str, flops: int, min_bytes: int, dtype: str = "bfloat16",
+             targets=TARGETS, cores: int = 1) -> list[dict]:
+    """One row per target; ``cores`` > 1 (an LNC=2 launch) compares with the roofline of that many
+    NeuronCores, so that the ratio stays a per-core efficiency."""
     rows = []
-    for target in TARGETS:
+    for target in targets:
         profile = trace.estimate(target)
-        bound = roofline(flops, min_bytes, target, dtype)
+        bound = roofline(flops, min_bytes, target, dtype, cores)
         rows.append({
             "kernel": kernel, "case": case, "target": target,
             "estimate_us": profile.time_us, "roofline_us": bound.time_us, "roofline_bound": bound.bound,
@@ -35,12 +38,14 @@ def extra_info(rows: list[dict]) -> dict:
 
 
 def record_nkisim_run(benchmark, collector, progress, trace, kernel: str, case: str, flops: int, min_bytes: int,
-                      elapsed_s: float) -> None:
-    """Estimate one nkisim run on every target, put it in extra_info and the report, and print its line."""
-    rows = rows_for(trace, kernel, case, flops, min_bytes)
+                      elapsed_s: float, targets=TARGETS, cores: int = 1) -> None:
+    """Estimate one nkisim run on ``targets``, put it in extra_info and the report, and print its line.
+    ``cores``: NeuronCores the launch used (2 for ``kernel[2]``); the CPU time is recorded for 1-core runs."""
+    rows = rows_for(trace, kernel, case, flops, min_bytes, targets=targets, cores=cores)
     benchmark.extra_info.update(extra_info(rows))
     collector.rows.extend(rows)
-    collector.add_cpu(case, nkisim_cpu_s=elapsed_s)
+    if cores == 1:
+        collector.add_cpu(case, nkisim_cpu_s=elapsed_s)
     main = next(r for r in rows if r["target"] == PRIMARY_TARGET)
-    progress(f"nkisim {elapsed_s:.1f} s CPU; {PRIMARY_TARGET} ESTIMATE {main['estimate_us']:.1f} us vs roofline "
-             f"{main['roofline_us']:.1f} us (x{main['ratio']:.1f}), MFU {main['mfu']:.1%}")
+    progress(f"nkisim {elapsed_s:.1f} s CPU; {PRIMARY_TARGET} ESTIMATE {main['estimate_us']:.1f} us vs "
+             f"{cores}-core roofline {main['roofline_us']:.1f} us (x{main['ratio']:.1f}), MFU {main['mfu']:.1%}")

@@ -15,7 +15,8 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 
 HOW_TO_READ = """\
 How to read this: `estimate_us` is the nkisim cost model's ESTIMATE of the kernel's time on one
-NeuronCore of the target (it is not a measurement; the model's calibration against public
+NeuronCore of the target, or on two for `attention_fwd[2]` (the LNC=2 launch, trn2/trn3, whose
+roofline is that of two cores) (it is not a measurement; the model's calibration against public
 measurements is in tests/cost/test_cost_calibration.py and test_cost_dma.py). `roofline_us` is the lower
 bound max(FLOPs at the TensorE peak, bytes at the per-core HBM bandwidth); for attention the bytes
 are q, k, v and o once. `ratio` = estimate / roofline (1.0 = at the bound). `mfu` = TensorE FLOPs /
@@ -62,6 +63,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if not r["kernel"].endswith("[2]")]    # one bar per (case, target): 1-core launches
     cases = list(dict.fromkeys(r["case"] for r in rows))
     targets = sorted({r["target"] for r in rows})
     by = {(r["case"], r["target"]): r for r in rows}

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cases import (BATCHES, MODELS, attention_bytes, attention_flops, load_attention_kernel,
+from cases import (BATCHES, MODELS, TARGETS, attention_bytes, attention_flops, load_attention_kernel,
                    neuron_device_available)
 from estimates import record_nkisim_run
 
@@ -47,8 +47,11 @@ def test_eager_reference_cpu(benchmark, collector, shape, batch):
 
 
 @pytest.mark.skipif(ATTENTION is None, reason=NO_KERNEL)
+@pytest.mark.parametrize("lnc", [1, 2], ids=["lnc1", "lnc2"])
 @pytest.mark.parametrize("shape, batch", CASES)
-def test_nkisim_attention(benchmark, collector, progress, shape, batch):
+def test_nkisim_attention(benchmark, collector, progress, shape, batch, lnc):
+    """lnc=2: attention_fwd[2], the LNC=2 launch (trn2's default runtime configuration) that splits
+    the work across two physical NeuronCores; estimated on trn2/trn3 against the 2-core roofline."""
     q, k, v = bshd_inputs(shape, batch)
     scale = shape.head_dim ** -0.5
     traces = []
@@ -56,7 +59,7 @@ def test_nkisim_attention(benchmark, collector, progress, shape, batch):
     def run():
         import nkisim
         with nkisim.trace() as t:
-            out = ATTENTION(q, k, v, scale=scale, layout="bshd")
+            out = ATTENTION[lnc](q, k, v, scale=scale, layout="bshd")
         traces.append(t)
         return out
 
@@ -68,8 +71,9 @@ def test_nkisim_attention(benchmark, collector, progress, shape, batch):
     # bf16 inputs: P is rounded to bf16 before the PV matmul and the output to bf16 (2^-8 relative each).
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
 
-    record_nkisim_run(benchmark, collector, progress, traces[-1], "attention_fwd", shape.label(batch),
-                      attention_flops(batch, shape), attention_bytes(batch, shape), elapsed)
+    kernel, targets = ("attention_fwd", TARGETS) if lnc == 1 else (f"attention_fwd[{lnc}]", ("trn2", "trn3"))
+    record_nkisim_run(benchmark, collector, progress, traces[-1], kernel, shape.label(batch),
+                      attention_flops(batch, shape), attention_bytes(batch, shape), elapsed, targets=targets, cores=lnc)
 
 
 def _synchronize():

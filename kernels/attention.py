@@ -11,6 +11,11 @@ top-left aligned causal mask (query i sees keys j <= i) and combines with ``mask
 ``return_lse=True`` also returns lse (B, Hq, Sq) float32, the natural-log log-sum-exp of the
 scaled, masked scores (for a backward kernel).
 
+LNC: ``attention_fwd[2]`` (two physical NeuronCores per logical core, trn2's default runtime
+configuration) gives each program a contiguous half (rounded up) of the (batch, kv-head group)
+work items, in loop order, writing into the shared output; the kv-head group size is chosen so that
+the items split evenly when possible (ViT-L at batch 1: two groups of 8 heads).
+
 Algorithm (one pass; nothing but q, k, v, mask and the outputs touches HBM). Two schedules:
 
 Transposed softmax (16-bit inputs, no mask, not causal, Sk <= 1536, D < 128, trn2+; every plain
@@ -74,7 +79,8 @@ at 362 GB/s)), transposed softmax (row-tile softmax, the previous schedule, in b
 ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 58.0 us (68.4), 62.0 us with lse (72.5), vs a
 26.7 us roofline; "bhsd" 98.9 us (108.6: per-head DMA transposes bound it); ViT-L/14@336 (B=1)
 78.9 us (87.8) vs 17.5; SigLIP-so400m (B=1) 111.3 us (142.6) vs 31; CLIP-B/32 (B=8, 50 tokens)
-22.4 us (25.9). ViT-B/16 engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 35, DMA 33 us
+22.4 us (25.9); with ``attention_fwd[2]`` (2 cores, vs a 2-core roofline of 13.4 us) ViT-B/16 35.3 us,
+ViT-L/14@336 43.5 us, SigLIP-so400m 60.0 us. ViT-B/16 engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 35, DMA 33 us
 (was 42 / 59 / 58 / 20 / 33). What remains: the row max (VectorE, ~40 us) and the exp (ScalarE,
 ~32 us) cost one cycle per score row element whether a tile holds 128 or 69 queries/keys, and
 TensorE now computes the scores twice (S for the max, S^T for P).
@@ -116,8 +122,10 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
     rep = Hq // Hkv
     out = nl.ndarray(q.shape, dtype=dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((B, Hq, Sq), dtype=nl.float32, buffer=nl.shared_hbm) if return_lse else None
-    kv_group = _kv_group_size(Hkv, Sk, D, _itemsize(dtype))
+    n_shards, shard = nl.num_programs(0), nl.program_id(0)
+    kv_group = _kv_group_size(Hkv, Sk, D, _itemsize(dtype), B, n_shards)
     q_group = kv_group * rep
+    groups = _shard_groups(B, Hkv, kv_group, n_shards, shard)
     flat = (layout == "bshd" and rep == 1 and (P_MAX % D == 0 or D % P_MAX == 0)
             and (kv_group * D) % P_MAX == 0)
     k_units, k_chunks = _transpose_plan(kv_group, D, flat)
@@ -129,13 +137,13 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
     ctx = {"q": q, "k": k, "v": v, "mask": mask, "scale": float(scale), "layout": layout, "dtype": dtype, "D": D,
            "Sk": Sk, "rep": rep, "flat": flat, "kv_group": kv_group, "q_group": q_group, "k_units": k_units,
            "k_chunks": k_chunks, "q_units": q_units, "q_chunks": q_chunks, "causal_bias": causal_bias,
-           "use_dma_transpose": use_dma_transpose, "out": out, "lse": lse, "lse_pending": [], "step": 0,
+           "use_dma_transpose": use_dma_transpose, "groups": groups, "out": out, "lse": lse, "lse_pending": [], "step": 0,
            "engine_ns": {"vector": 0.0, "scalar": 0.0}}
 
     if attention_transposed.use_transposed_softmax(ctx, mask, is_causal, Sk):
-        attention_transposed.attend_transposed(ctx, B, Hkv, Sq)
+        attention_transposed.attend_transposed(ctx, Sq)
     else:
-        attention_rows.attend_rows(ctx, B, Hkv, Sq, is_causal)
+        attention_rows.attend_rows(ctx, Sq, is_causal)
     if return_lse:
         return out, lse
     return out
@@ -189,9 +197,22 @@ def _resident_bytes(n_heads, Sk, D, itemsize):
     return n_heads * (math.ceil(D / D_CHUNK) * Sk + math.ceil(Sk / K_CHUNK) * (2 * D + 1)) * itemsize
 
 
-def _kv_group_size(Hkv, Sk, D, itemsize):
-    """The most kv heads (a divisor of Hkv) whose K^T and V stay resident within the budget."""
-    for g in range(Hkv, 0, -1):
-        if Hkv % g == 0 and _resident_bytes(g, Sk, D, itemsize) <= KV_RESIDENT_BYTES:
-            return g
-    return 1
+def _kv_group_size(Hkv, Sk, D, itemsize, B=1, n_shards=1):
+    """The most kv heads (a divisor of Hkv) whose K^T and V stay resident within the budget and,
+    with LNC=2, whose (batch, group) work items split evenly across the programs when any does
+    (else that give every program at least one item when any does)."""
+    fitting = [g for g in range(Hkv, 0, -1) if Hkv % g == 0 and _resident_bytes(g, Sk, D, itemsize) <= KV_RESIDENT_BYTES]
+    if not fitting:
+        return 1
+    even = [g for g in fitting if (B * (Hkv // g)) % n_shards == 0]
+    enough = [g for g in fitting if B * (Hkv // g) >= n_shards]
+    return (even or enough or fitting)[0]
+
+
+def _shard_groups(B, Hkv, kv_group, n_shards, shard):
+    """This program's (batch, first kv head) work items: the loop order of all items, cut into
+    ``n_shards`` contiguous runs of ceil(items / n_shards) (an LNC=2 launch gives each physical core
+    one run; with an odd item count the second program has one item fewer)."""
+    items = [(b, g0) for b in range(B) for g0 in range(0, Hkv, kv_group)]
+    per = math.ceil(len(items) / n_shards)
+    return items[shard * per:(shard + 1) * per]

@@ -29,7 +29,7 @@ LSE_DELAY_STEPS = 2                             # pipeline steps between a tile'
 MASKED_SCORE = -3.0e38                          # additive causal mask value (finite; exp() -> 0)
 
 
-def attend_rows(ctx, B, Hkv, Sq, is_causal):
+def attend_rows(ctx, Sq, is_causal):
     """The row-tile schedule for all (batch, kv-head group, query tile, head group) work items, in
     loop order: consecutive single-block items run software-pipelined (``_pipeline``), items with
     more than KV_BLOCK keys run alone through the online softmax (``_attend_online``)."""
@@ -37,17 +37,16 @@ def attend_rows(ctx, B, Hkv, Sq, is_causal):
     kv_group, q_group = ctx["kv_group"], ctx["q_group"]
     # Work items: (batch, kv-head group, query tile, head group), in loop order.
     items = []
-    for b in range(B):
-        for g0 in range(0, Hkv, kv_group):
-            kv = {"b": b, "g0": g0, "k_t": None, "v_aug": None}
-            for q0 in range(0, Sq, Q_TILE):
-                mq = min(Q_TILE, Sq - q0)
-                tile = {"kv": kv, "b": b, "h0": g0 * rep, "q0": q0, "mq": mq,
-                        "n_keys": min(Sk, q0 + mq) if is_causal else Sk, "q_t": None}
-                group_heads = _score_group_heads(q_group, tile["n_keys"], D, rep, flat)
-                for hs in range(0, q_group, group_heads):
-                    items.append({"tile": tile, "hs": hs, "heads": min(group_heads, q_group - hs),
-                                  "last": hs + group_heads >= q_group})
+    for b, g0 in ctx["groups"]:
+        kv = {"b": b, "g0": g0, "k_t": None, "v_aug": None}
+        for q0 in range(0, Sq, Q_TILE):
+            mq = min(Q_TILE, Sq - q0)
+            tile = {"kv": kv, "b": b, "h0": g0 * rep, "q0": q0, "mq": mq,
+                    "n_keys": min(Sk, q0 + mq) if is_causal else Sk, "q_t": None}
+            group_heads = _score_group_heads(q_group, tile["n_keys"], D, rep, flat)
+            for hs in range(0, q_group, group_heads):
+                items.append({"tile": tile, "hs": hs, "heads": min(group_heads, q_group - hs),
+                              "last": hs + group_heads >= q_group})
     # Consecutive single-block items run software-pipelined; online-softmax items run alone.
     run = []
     for item in items + [None]:

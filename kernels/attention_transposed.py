@@ -46,7 +46,7 @@ def _psum_slot(n):
     return 1 << (n - 1).bit_length()
 
 
-def attend_transposed(ctx, B, Hkv, Sq):
+def attend_transposed(ctx, Sq):
     """Units of (batch, kv-head group, query block, head group), software-pipelined over four stages:
     unit u's row max at step u, its -m row at u + 1, S^T and exp at u + 1 + EXP_LAG (the -m row
     arrives by DMA in between), PV and output a step later. Each step issues the newest work first."""
@@ -58,14 +58,13 @@ def attend_transposed(ctx, B, Hkv, Sq):
                 max(UNIT_MIN_HEADS, math.ceil(UNIT_SCORES / (nq_max * Sk))))
     ctx["unit_heads"] = heads = max(1, heads)
     units = []
-    for b in range(B):
-        for g0 in range(0, Hkv, ctx["kv_group"]):
-            kv = {"b": b, "g0": g0, "k_aug": None, "v_aug": None}
-            for t0 in range(0, Sq, Q_BLOCK):
-                blk = {"kv": kv, "b": b, "h0": g0 * rep, "t0": t0, "nq": min(Q_BLOCK, Sq - t0), "q_aug": None}
-                for hs in range(0, q_group, heads):
-                    units.append({"blk": blk, "hs": hs, "heads": min(heads, q_group - hs),
-                                  "last": hs + heads >= q_group})
+    for b, g0 in ctx["groups"]:
+        kv = {"b": b, "g0": g0, "k_aug": None, "v_aug": None}
+        for t0 in range(0, Sq, Q_BLOCK):
+            blk = {"kv": kv, "b": b, "h0": g0 * rep, "t0": t0, "nq": min(Q_BLOCK, Sq - t0), "q_aug": None}
+            for hs in range(0, q_group, heads):
+                units.append({"blk": blk, "hs": hs, "heads": min(heads, q_group - hs),
+                              "last": hs + heads >= q_group})
     ctx["ones_row"] = None
     stages = ((_stage_row_max, 0), (_stage_stabiliser_row, 1), (_stage_exp_transposed, 1 + EXP_LAG),
               (_stage_pv_transposed, 2 + EXP_LAG))
@@ -85,7 +84,7 @@ def _ensure_augmented(blk, ctx):
     if kv["k_aug"] is None:
         b, g0, n = kv["b"], kv["g0"], ctx["kv_group"]
         k_aug = nl.ndarray((D + 1, n, Sk), dtype=dtype, buffer=nl.sbuf)
-        first = ctx["unit_heads"] if (kv["b"], kv["g0"]) == (0, 0) and ctx["rep"] == 1 else 0
+        first = ctx["unit_heads"] if (kv["b"], kv["g0"]) == ctx["groups"][0] and ctx["rep"] == 1 else 0
         _dma_transpose_heads(k_aug, ctx["k"], layout, b, 0, Sk, g0, n, first)
         if ctx["ones_row"] is None:
             # A memset of one partition costs as much as of all 128: set the ones row once, copy it by DMA.
@@ -96,7 +95,7 @@ def _ensure_augmented(blk, ctx):
     if blk["q_aug"] is None:
         b, h0, t0, nq, n = blk["b"], blk["h0"], blk["t0"], blk["nq"], ctx["q_group"]
         blk["q_aug"] = nl.ndarray((D + 1, n, nq), dtype=dtype, buffer=nl.sbuf)
-        first = ctx["unit_heads"] if (b, h0, t0) == (0, 0, 0) else 0
+        first = ctx["unit_heads"] if (b, h0 // ctx["rep"], t0) == (*ctx["groups"][0], 0) else 0
         _dma_transpose_heads(blk["q_aug"], ctx["q"], layout, b, t0, nq, h0, n, first)
         n_tiles = math.ceil(nq / Q_TILE)
         blk["neg_stat"] = nl.ndarray((Q_TILE, n_tiles, n), dtype=dtype, buffer=nl.sbuf)

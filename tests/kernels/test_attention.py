@@ -77,13 +77,13 @@ def reference(q, k, v, mask, scale, is_causal, layout):
 
 
 def run_and_check(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype="bfloat16", layout="bshd",
-                  is_causal=False, mask_shape=None, q_gain=1.0, tol=None):
+                  is_causal=False, mask_shape=None, q_gain=1.0, tol=None, lnc=1):
     q, k, v, mask = make_inputs(batch, q_heads, kv_heads, q_len, kv_len, head_dim, dtype, layout, mask_shape,
                                 q_gain=q_gain)
     scale = 1.0 / np.sqrt(head_dim)
     with nkisim.trace() as trace:
-        out, lse = nkisim.simulate(attention.attention_fwd)(q, k, v, mask, scale=scale, is_causal=is_causal,
-                                                            layout=layout, return_lse=True)
+        out, lse = nkisim.simulate(attention.attention_fwd[lnc])(q, k, v, mask, scale=scale, is_causal=is_causal,
+                                                                 layout=layout, return_lse=True)
     ref_out, ref_lse = reference(q, k, v, mask, scale, is_causal, layout)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == (batch, q_heads, q_len) and lse.dtype == np.float32
@@ -223,6 +223,22 @@ def test_vit_b16_full_size_runs_the_nki_instructions():
     assert stores and loads
     for i, side in [(i, "src") for i in stores] + [(i, "dst") for i in loads]:
         assert i.operand(side).nbytes // i.operand(side).partitions == 12 * 64 * 2
+
+
+@pytest.mark.parametrize("batch,heads,layout,is_causal,mask_shape", [
+    (2, 3, "bshd", False, None),          # transposed softmax: one batch per core
+    (1, 4, "bshd", False, None),          # batch 1: the kv heads are split (two groups of 2)
+    (1, 2, "bhsd", True, (1, 2)),         # row-tile softmax (causal + mask): one head per core
+    (1, 3, "bshd", False, None),          # 3 groups of 1 head: 2 on program 0, 1 on program 1
+])
+def test_lnc2_splits_the_work_between_the_programs(batch, heads, layout, is_causal, mask_shape):
+    """attention_fwd[2]: each program computes its share of (batch, head group) items into the
+    shared output; together they match SDPA, and each program did part of the work."""
+    trace = run_and_check(batch, heads, heads, 197, 197, 64, layout=layout, is_causal=is_causal,
+                          mask_shape=mask_shape, lnc=2)
+    matmuls = {p: sum(1 for i in trace if i.name == "nc_matmul" and i.program_id == p) for p in (0, 1)}
+    assert matmuls[0] > 0 and matmuls[1] > 0
+    assert matmuls[0] == matmuls[1] or heads % 2 == 1
 
 
 def _ran_transposed_softmax(trace, head_dim):

@@ -175,3 +175,21 @@ def test_sim_long_key_sequence_limit(sim, beyond):
             out = nva.attention(q, k, v)
         assert trace.count("nc_matmul") > 0
     _assert_close_to_sdpa(out, q, k, v)
+
+
+def test_sim_lnc2_launch_uses_both_programs(sim, monkeypatch):
+    """NEURON_LOGICAL_NC_CONFIG=2: the op launches attention_fwd[2]; both programs compute a share."""
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    q, k, v = make_qkv(2, 2, 2, 70, 70, 64, dtype=torch.bfloat16, layout="bshd")
+    with nkisim.trace() as trace:
+        out = nva.attention(q, k, v)
+    assert {i.program_id for i in trace if i.name == "nc_matmul"} == {0, 1}
+    _assert_close_to_sdpa(out, q, k, v)
+
+
+@pytest.mark.parametrize("value", ["4", "two", "0"])
+def test_sim_invalid_lnc_value_is_named(sim, monkeypatch, value):
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", value)
+    q, k, v = make_qkv(1, 2, 2, 20, 20, 32, layout="bshd")
+    with pytest.raises(ValueError, match=rf"NEURON_LOGICAL_NC_CONFIG='{value}' is not valid; use 1 or 2"):
+        nva.attention(q, k, v)

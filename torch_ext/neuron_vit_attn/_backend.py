@@ -11,6 +11,12 @@
 ``reference``  the eager reference on every device (debugging, bisecting numerical issues).
 =============  =================================================================================
 
+``NEURON_LOGICAL_NC_CONFIG`` (the Neuron runtime's logical-NeuronCore degree, read at every call):
+``2`` launches the kernel as ``attention_fwd[2]``, which splits the (batch, head group) work between
+the two physical cores of a logical core (trn2's default runtime configuration; set the variable
+to 2 there to use both), ``1`` or unset launches it on one core. The ``sim`` backend honours it too
+(nkisim runs the two programs as two threads).
+
 Inputs the kernel does not cover (``_validation.kernel_unsupported_reason``, and key sequences
 beyond the kernel's SBUF budget, ``kv_budget_reason``) run the reference on any backend, with a
 one-time warning per distinct reason.
@@ -30,6 +36,8 @@ import os
 import torch
 
 BACKEND_ENV = "NEURON_VIT_ATTN_BACKEND"
+LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
+LNC_DEGREES = (1, 2)
 BACKENDS = ("auto", "sim", "reference")
 LAYOUT_BHSD = "bhsd"
 LAYOUT_BSHD = "bshd"
@@ -51,6 +59,17 @@ def selected_backend() -> str:
                          f"{', '.join(BACKENDS)} (auto: NKI kernel on neuron, reference on CPU; "
                          f"sim: the NKI kernel in nkisim on CPU; reference: eager everywhere)")
     return value
+
+
+def logical_core_degree() -> int:
+    """The value of NEURON_LOGICAL_NC_CONFIG (default 1), validated: the kernel's launch degree."""
+    raw = os.environ.get(LNC_ENV, "").strip()
+    if not raw:
+        return 1
+    if raw not in {str(d) for d in LNC_DEGREES}:
+        raise ValueError(f"{LNC_ENV}={os.environ.get(LNC_ENV)!r} is not valid; use 1 or 2 (physical NeuronCores "
+                         f"per logical core; 2 lets the attention kernel split its work across both)")
+    return int(raw)
 
 
 def output_layout(query: torch.Tensor) -> str:
@@ -107,15 +126,21 @@ def sim_kernel_module():
 
 
 def device_kernel():
-    """The ``@nki.jit`` attention kernel, called directly with ``neuron`` tensors."""
-    return device_kernel_module().attention_fwd
+    """The ``@nki.jit`` attention kernel, called directly with ``neuron`` tensors, launched on
+    NEURON_LOGICAL_NC_CONFIG physical cores."""
+    return _launch(device_kernel_module().attention_fwd)
 
 
 def simulated_kernel():
     """The same kernel wrapped by ``nki.simulate`` (torch CPU tensors in and out)."""
     module = sim_kernel_module()
     import nki
-    return nki.simulate(module.attention_fwd)
+    return nki.simulate(_launch(module.attention_fwd))
+
+
+def _launch(kernel):
+    degree = logical_core_degree()
+    return kernel[degree] if degree > 1 else kernel
 
 
 def kv_budget_reason(kernel_module, query, key) -> str | None:
