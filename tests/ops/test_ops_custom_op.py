@@ -21,13 +21,14 @@ def _op_samples():
     q, k, v = make_qkv(2, 4, 2, 6, 10, 32, requires_grad=True)
     yield q, k, v, torch.randn(1, 4, 6, 10, generator=gen, requires_grad=True), 0.2, False
     yield q, k, v, None, 0.17, True
+    yield q, k, v, None, 0.17, True, True          # return_lse: (B, Hq, Sq) lse instead of the empty placeholder
     qs, ks, vs = make_qkv(1, 3, 3, 7, 7, 32, layout="bshd", requires_grad=True)
     yield qs, ks, vs, torch.randn(1, 1, 7, 7, generator=gen), 0.3, True
     qb, kb, vb = make_qkv(1, 2, 2, 5, 5, 32, dtype=torch.bfloat16, layout="bshd")
     yield qb, kb, vb, None, 0.125, False
 
 
-@pytest.mark.parametrize("args", list(_op_samples()), ids=["gqa-mask", "causal", "bshd-mask-causal", "bf16"])
+@pytest.mark.parametrize("args", list(_op_samples()), ids=["gqa-mask", "causal", "causal-lse", "bshd-mask-causal", "bf16"])
 def test_opcheck(args):
     torch.library.opcheck(ops.attention_fwd.default, args)
 
@@ -77,7 +78,7 @@ def test_gradcheck_float64(layout):
 def test_gradcheck_through_lse():
     """The lse output is differentiable too (the backward feeds grad_lse into the recompute)."""
     q, k, v = make_qkv(1, 2, 2, 4, 5, 8, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda q, k, v: ops.attention_fwd(q, k, v, None, 0.3, False)[1], (q, k, v))
+    assert torch.autograd.gradcheck(lambda q, k, v: ops.attention_fwd(q, k, v, None, 0.3, False, True)[1], (q, k, v))
 
 
 def test_gradients_match_sdpa_with_bool_mask():

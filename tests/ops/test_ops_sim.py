@@ -100,7 +100,7 @@ def test_neuron_kernel_runs_the_nki_kernel(monkeypatch):
     nkisim.install()
     q, k, v = make_qkv(1, 4, 2, 20, 20, 32, dtype=torch.bfloat16, layout="bshd")
     with nkisim.trace() as trace:
-        out, lse = _op._attention_fwd_neuron(q, k, v, None, 32 ** -0.5, True)
+        out, lse = _op._attention_fwd_neuron(q, k, v, None, 32 ** -0.5, True, True)
     assert trace.count("nc_matmul") > 0
     assert lse.shape == (1, 4, 20) and lse.dtype == torch.float32
     _assert_close_to_sdpa(out, q, k, v, is_causal=True, enable_gqa=True)
@@ -125,7 +125,7 @@ def test_sim_opcheck(sim):
 
 def test_sim_lse_matches_reference(sim):
     q, k, v = make_qkv(1, 2, 2, 16, 24, 32)
-    _, lse = nva._attention.ops.attention_fwd(q, k, v, None, 0.25, False)
+    _, lse = nva._attention.ops.attention_fwd(q, k, v, None, 0.25, False, True)
     expected = torch.logsumexp((q.double() @ k.double().transpose(-1, -2)) * 0.25, dim=-1)
     torch.testing.assert_close(lse.double(), expected, rtol=1e-5, atol=1e-5)
 
@@ -140,7 +140,7 @@ def test_sim_fully_masked_rows_are_zero_like_sdpa(sim):
     ref = sdpa64(q, k, v, keep, is_causal=True)
     assert torch.all(out[:, :, [3, 5]] == 0)
     _assert_close_to_sdpa(out, q, k, v, attn_mask=keep, is_causal=True)
-    _, lse = nva._attention.ops.attention_fwd(q, k, v, nva._validation.normalize_mask(keep, q, k), 0.2, True)
+    _, lse = nva._attention.ops.attention_fwd(q, k, v, nva._validation.normalize_mask(keep, q, k), 0.2, True, True)
     assert torch.isneginf(lse[:, :, [3, 5]]).all() and torch.isfinite(lse[:, :, :3]).all()
     assert ref.isfinite().all()
 
@@ -193,3 +193,16 @@ def test_sim_invalid_lnc_value_is_named(sim, monkeypatch, value):
     q, k, v = make_qkv(1, 2, 2, 20, 20, 32, layout="bshd")
     with pytest.raises(ValueError, match=rf"NEURON_LOGICAL_NC_CONFIG='{value}' is not valid; use 1 or 2"):
         nva.attention(q, k, v)
+
+
+def test_sim_public_api_skips_the_kernels_lse(sim):
+    """nva.attention discards lse, so the op asks the kernel for none: no float32 lse store in the
+    trace, and the op's lse output is the empty (B, Hq, 0) placeholder."""
+    q, k, v = make_qkv(1, 2, 2, 40, 40, 64, dtype=torch.bfloat16, layout="bshd")
+    with nkisim.trace() as trace:
+        out = nva.attention(q, k, v)
+    stores = [i for i in trace if i.engine == "dma" and i.operand("dst").buffer == "shared_hbm"]
+    assert stores and all(i.operand("dst").dtype == "bfloat16" for i in stores)
+    _assert_close_to_sdpa(out, q, k, v)
+    _, lse = nva._attention.ops.attention_fwd(q, k, v, None, 0.125, False)
+    assert lse.shape == (1, 2, 0)

@@ -154,8 +154,11 @@ def kv_budget_reason(kernel_module, query, key) -> str | None:
     return None
 
 
-def run_kernel(kernel, query, key, value, mask, scale: float, is_causal: bool):
-    """Call the NKI kernel with q/k/v in q's layout; returns (out (B, Hq, Sq, D) in q's layout, lse)."""
+def run_kernel(kernel, query, key, value, mask, scale: float, is_causal: bool, return_lse: bool):
+    """Call the NKI kernel with q/k/v in q's layout; returns (out (B, Hq, Sq, D) in q's layout, lse or
+    None when not requested)."""
     q, k, v, layout = to_kernel_layout(query, key, value)
+    if not return_lse:
+        return from_kernel_layout(kernel(q, k, v, mask, scale=scale, is_causal=is_causal, layout=layout), layout), None
     out, lse = kernel(q, k, v, mask, scale=scale, is_causal=is_causal, layout=layout, return_lse=True)
     return from_kernel_layout(out, layout), lse
