@@ -166,6 +166,9 @@ def main() -> None:
     print()
     print(f"variant:      build/{variant} ({kernel.__name__})")
     print(f"backend:      {backend}")
+    lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "").strip() or "1"
+    print(f"launch:       attention_fwd[{lnc}] (NEURON_LOGICAL_NC_CONFIG={lnc}; 2 = both physical cores of a "
+          f"trn2 logical core)")
     print(f"model:        ViT-B/16 architecture, random weights, batch {BATCH}, {tokens} tokens")
     for dtype, error, scale, traces, _, dtype_error in results:
         name = DTYPE_NAMES[dtype]
