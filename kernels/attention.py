@@ -35,6 +35,7 @@ transposes and PSUM evictions:
         4. [O | l] = P [V | 1]              TensorE; the ones column of V yields the row sums l
            copy [O | l] out of PSUM         VectorE or ScalarE, whichever has less work booked
            out = O * (1 / l)                once per query tile for all heads: ScalarE 1/l, GpSimd multiply
+                                            (in the program's last block per head group, a shorter tail)
       store each output tile (all heads, one DMA); lse = scale * m + ln(l), a few steps later
     Any stabiliser close to the row max gives the same softmax, so m needs no more precision than
     the input dtype; lse uses the m that was actually subtracted.
@@ -75,15 +76,21 @@ DMA-transposed together, 128 partitions at a time: two 64-dim heads share a [128
 transposes instead.
 
 Cost-model estimates (nkisim.cost, trn2, bf16; roofline = max(FLOPs at 79 TFLOPS, q/k/v/o bytes
-at 362 GB/s)), transposed softmax (row-tile softmax, the previous schedule, in brackets):
-ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 58.0 us (68.4), 62.0 us with lse (72.5), vs a
-26.7 us roofline; "bhsd" 98.9 us (108.6: per-head DMA transposes bound it); ViT-L/14@336 (B=1)
-78.9 us (87.8) vs 17.5; SigLIP-so400m (B=1) 111.3 us (142.6) vs 31; CLIP-B/32 (B=8, 50 tokens)
-22.4 us (25.9); with ``attention_fwd[2]`` (2 cores, vs a 2-core roofline of 13.4 us) ViT-B/16 35.3 us,
-ViT-L/14@336 43.5 us, SigLIP-so400m 60.0 us. ViT-B/16 engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 35, DMA 33 us
-(was 42 / 59 / 58 / 20 / 33). What remains: the row max (VectorE, ~40 us) and the exp (ScalarE,
-~32 us) cost one cycle per score row element whether a tile holds 128 or 69 queries/keys, and
-TensorE now computes the scores twice (S for the max, S^T for P).
+at 362 GB/s per NeuronCore)), transposed softmax (row-tile softmax, the previous schedule, in brackets):
+ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 56.5 us (68.4), 61.6 us with lse (72.5), vs a
+26.7 us roofline; "bhsd" 97.2 us (108.6: per-head DMA transposes bound it); ViT-L/14@336 (B=1)
+77.1 us (87.8) vs 17.5; SigLIP-so400m (B=1) 108.2 us (142.6) vs 31; CLIP-B/32 (B=8, 50 tokens)
+22.1 us (25.9). ``attention_fwd[2]`` (two cores, against the two-core roofline, 13.4 us for ViT-B/16):
+ViT-B/16 33.5 us, ViT-L/14@336 42.7 us, SigLIP-so400m 60.2 us.
+What limits ViT-B/16 (engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 35, DMA 33 us): only
+VectorE and ScalarE read PSUM, one cycle per element per partition, and every score passes both
+once, the row max on VectorE (39.4 us at 0.96 GHz) and the exp on ScalarE (31.5 us at 1.2 GHz),
+the 69-row tail tile of 197 tokens costing as much as a full one; evicting [O | l] from PSUM adds
+~10 us and the -m rows ~5 us, shared between the two. A 197-token head needs 1.54 tiles of 128
+at best, and packing tails of several heads at the 32-partition granularity of PE tiles reaches
+1.75 (21 tiles per 12 heads instead of 24); with that, VectorE + ScalarE still hold ~75 us of work
+(~38 us each when balanced) and TensorE, which computes S for the max and S^T for P, ~37 us, so this
+design stays above the 40 us that 1.5x of the roofline allows on one core.
 
 Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; finite scale; one kv head's K^T
 and V must fit KV_RESIDENT_BYTES per partition (16-bit dtypes: Sk up to ~16K keys for D <= 128,

@@ -7,7 +7,8 @@ SBUF for the PV matmul and P never goes through TensorE transposes and PSUM evic
     1. S = Q K^T per query tile; -m = -rowmax(S), rounded to the input dtype (rowmin for scale < 0)
     2. -m as a row: TensorE transpose, one PSUM copy, one DMA into row D of Q_aug^T
     3. S^T - m = K_aug Q_aug^T (contraction D + 1); P^T = exp(scale (S^T - m)) on ScalarE
-    4. [O | l] = P [V | 1]; out = O / l after the last head group; the tile's store
+    4. [O | l] = P [V | 1]; out = O / l after the last head group (in the program's last block after
+       each head group); the tile's store
 Units of (batch, kv-head group, query block of Q_BLOCK, head group) run software-pipelined over these
 four stages. Any stabiliser close to the row max gives the same softmax, so m needs no more precision
 than the input dtype; lse uses the m that was actually subtracted.
@@ -65,6 +66,8 @@ def attend_transposed(ctx, Sq):
             for hs in range(0, q_group, heads):
                 units.append({"blk": blk, "hs": hs, "heads": min(heads, q_group - hs),
                               "last": hs + heads >= q_group})
+    for unit in units:
+        unit["blk"]["final"] = unit["blk"] is units[-1]["blk"]
     ctx["ones_row"] = None
     stages = ((_stage_row_max, 0), (_stage_stabiliser_row, 1), (_stage_exp_transposed, 1 + EXP_LAG),
               (_stage_pv_transposed, 2 + EXP_LAG))
@@ -201,25 +204,29 @@ def _stage_pv_transposed(unit, ctx):
             nisa.tensor_copy(dst=o_acc, src=o_psum[:mq])
         else:
             nisa.activation(dst=o_acc, op=nl.copy, data=o_psum[:mq])
-        if unit["last"]:
-            if ctx["lse"] is not None:
+        # Normally all heads of a tile at once, after its last head group; in the program's last block
+        # each head group as it completes, so that the kernel's tail waits for one group, not all.
+        if unit["last"] or blk["final"]:
+            h_lo, h_hi = (hs, hs + heads) if blk["final"] else (0, ctx["q_group"])
+            if unit["last"] and ctx["lse"] is not None:
                 # lse needs -(max of scale * S) = scale * (-m) (GpSimd, before it waits for 1/l).
                 tile["neg_max"] = nl.ndarray((Q_TILE, ctx["q_group"]), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.tensor_scalar(dst=tile["neg_max"][:mq], data=blk["neg_stat"][:mq, tq // Q_TILE],
                                    op0=nl.multiply, operand0=ctx["scale"], engine=nisa.engine.gpsimd)
-            inv_sum = tile["inv_sum"]
-            nisa.activation(dst=inv_sum[:mq], op=nl.reciprocal, data=tile["o_acc"][:mq, :, D])
+            inv_sum = tile["inv_sum"][:mq, h_lo:h_hi]
+            nisa.activation(dst=inv_sum, op=nl.reciprocal, data=tile["o_acc"][:mq, h_lo:h_hi, D])
             _charge(ctx, "scalar", TINY_INSTRUCTION_CYCLES)
-            nisa.tensor_tensor(dst=tile["o_sb"][:mq], data1=tile["o_acc"][:mq, :, :D],
-                               data2=inv_sum[:mq].expand_dim(2).broadcast(2, D), op=nl.multiply,
+            nisa.tensor_tensor(dst=tile["o_sb"][:mq, h_lo:h_hi], data1=tile["o_acc"][:mq, h_lo:h_hi, :D],
+                               data2=inv_sum.expand_dim(2).broadcast(2, D), op=nl.multiply,
                                engine=nisa.engine.gpsimd)
-            _store_transposed_tile(blk, tile, ctx)
+            _store_transposed_tile(tile, ctx, h_lo, h_hi, queue_lse=unit["last"])
 
 
-def _store_transposed_tile(blk, tile, ctx):
-    """Output tile store; its lse is queued for _store_lse (issued LSE_DELAY_UNITS steps later)."""
+def _store_transposed_tile(tile, ctx, h_lo, h_hi, queue_lse):
+    """Store heads [h_lo, h_hi) of an output tile; once the tile is complete (``queue_lse``) its lse
+    is queued for _store_lse (issued LSE_DELAY_UNITS steps later)."""
     b, h0, q0, mq = tile["b"], tile["h0"], tile["q0"], tile["mq"]
-    nisa.dma_copy(dst=_seq_view(ctx["out"], ctx["layout"], b, q0, q0 + mq, h0, h0 + ctx["q_group"]),
-                  src=tile["o_sb"][:mq])
-    if ctx["lse"] is not None:
+    nisa.dma_copy(dst=_seq_view(ctx["out"], ctx["layout"], b, q0, q0 + mq, h0 + h_lo, h0 + h_hi),
+                  src=tile["o_sb"][:mq, h_lo:h_hi])
+    if queue_lse and ctx["lse"] is not None:
         ctx["lse_pending"].append((ctx["step"], tile))
