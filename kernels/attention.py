@@ -86,11 +86,13 @@ What limits ViT-B/16 (engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 3
 VectorE and ScalarE read PSUM, one cycle per element per partition, and every score passes both
 once, the row max on VectorE (39.4 us at 0.96 GHz) and the exp on ScalarE (31.5 us at 1.2 GHz),
 the 69-row tail tile of 197 tokens costing as much as a full one; evicting [O | l] from PSUM adds
-~10 us and the -m rows ~5 us, shared between the two. A 197-token head needs 1.54 tiles of 128
-at best, and packing tails of several heads at the 32-partition granularity of PE tiles reaches
-1.75 (21 tiles per 12 heads instead of 24); with that, VectorE + ScalarE still hold ~75 us of work
-(~38 us each when balanced) and TensorE, which computes S for the max and S^T for P, ~37 us, so this
-design stays above the 40 us that 1.5x of the roofline allows on one core.
+~10 us and the -m rows ~5 us, shared between the two. Packing the tails of four heads into shared
+tiles on PE column tiles (64- and 32-slot pieces: 1.75 tiles per 197-token head instead of 2, dead
+key slots zeroed by an exp bias) was built and measured (not kept): the row max fell to 34.5 us and
+the exp to 27.6 us as planned, but the shifted V copies it needs (+5 us of DMA, +5 us of GpSimd) and
+the extra small matmuls left every engine at 41-50 us busy and the estimate at 61-63 us. Reaching
+the 40 us that 1.5x of the roofline allows on one core would need VectorE, ScalarE, TensorE, GpSimd
+and DMA each at ~35 us with almost perfect overlap.
 
 Limits (asserted at trace time): 32 <= D <= 256; Hq % Hkv == 0; finite scale; one kv head's K^T
 and V must fit KV_RESIDENT_BYTES per partition (16-bit dtypes: Sk up to ~16K keys for D <= 128,
