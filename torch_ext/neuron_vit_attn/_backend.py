@@ -11,11 +11,12 @@
 ``reference``  the eager reference on every device (debugging, bisecting numerical issues).
 =============  =================================================================================
 
-``NEURON_LOGICAL_NC_CONFIG`` (the Neuron runtime's logical-NeuronCore degree, read at every call):
-``2`` launches the kernel as ``attention_fwd[2]``, which splits the (batch, head group) work between
-the two physical cores of a logical core (trn2's default runtime configuration; set the variable
-to 2 there to use both), ``1`` or unset launches it on one core. The ``sim`` backend honours it too
-(nkisim runs the two programs as two threads).
+Launch degree: the kernel must be launched with the Neuron runtime's logical-NeuronCore degree
+(``NEURON_LOGICAL_NC_CONFIG``; a mismatch fails at run time). ``2`` launches ``attention_fwd[2]``,
+which splits the (batch, head group) work between the two physical cores of a logical core; ``1``
+one core. Unset, ``neuron`` tensors use the runtime's default for the host's architecture (2 on
+Trainium2, read from the Neuron driver's sysfs; 1 with a one-time warning when it cannot be read),
+and the ``sim`` backend uses 1 (set the variable to 2 to simulate both programs as two threads).
 
 Inputs the kernel does not cover (``_validation.kernel_unsupported_reason``, and key sequences
 beyond the kernel's SBUF budget, ``kv_budget_reason``) run the reference on any backend, with a
@@ -35,9 +36,12 @@ import os
 
 import torch
 
+from ._validation import warn_once
+
 BACKEND_ENV = "NEURON_VIT_ATTN_BACKEND"
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
 LNC_DEGREES = (1, 2)
+ARCH_TYPE_SYSFS = "/sys/devices/virtual/neuron_device/neuron0/neuron_core0/info/architecture/arch_type"
 BACKENDS = ("auto", "sim", "reference")
 LAYOUT_BHSD = "bhsd"
 LAYOUT_BSHD = "bshd"
@@ -61,15 +65,38 @@ def selected_backend() -> str:
     return value
 
 
-def logical_core_degree() -> int:
-    """The value of NEURON_LOGICAL_NC_CONFIG (default 1), validated: the kernel's launch degree."""
+def logical_core_degree(on_device: bool = False) -> int:
+    """The kernel's launch degree: NEURON_LOGICAL_NC_CONFIG when set (validated); unset, on a Neuron
+    device the Neuron runtime's own default for the architecture (``runtime_default_degree``), on CPU 1."""
     raw = os.environ.get(LNC_ENV, "").strip()
     if not raw:
-        return 1
+        return runtime_default_degree() if on_device else 1
     if raw not in {str(d) for d in LNC_DEGREES}:
         raise ValueError(f"{LNC_ENV}={os.environ.get(LNC_ENV)!r} is not valid; use 1 or 2 (physical NeuronCores "
                          f"per logical core; 2 lets the attention kernel split its work across both)")
     return int(raw)
+
+
+def runtime_default_degree() -> int:
+    """The Neuron runtime groups two physical NeuronCores per logical core by default on Trainium2
+    (NeuronCore-v3) and one on NeuronCore-v2 hosts; a kernel launched with another degree fails at
+    run time. The architecture is read from the Neuron driver's sysfs (``arch_type``, e.g. "NCv2");
+    when it cannot be read the launch uses one core and says once how to set the degree."""
+    try:
+        with open(ARCH_TYPE_SYSFS) as f:
+            arch = f.read().strip().lower()
+    except OSError:
+        arch = ""
+    if arch.endswith("v3"):
+        return 2
+    if arch.endswith(("v1", "v2")):
+        return 1
+    warn_once(f"lnc-default:{arch}",
+              f"neuron_vit_attn: {LNC_ENV} is not set and the NeuronCore architecture could not be read "
+              f"({ARCH_TYPE_SYSFS}: {arch or 'unavailable'!r}); launching the attention kernel on one "
+              f"physical core. Set {LNC_ENV} to the Neuron runtime's logical-core degree (2 is trn2's default): "
+              f"the launch degree must match it. This warning is shown once.")
+    return 1
 
 
 def output_layout(query: torch.Tensor) -> str:
@@ -126,20 +153,19 @@ def sim_kernel_module():
 
 
 def device_kernel():
-    """The ``@nki.jit`` attention kernel, called directly with ``neuron`` tensors, launched on
-    NEURON_LOGICAL_NC_CONFIG physical cores."""
-    return _launch(device_kernel_module().attention_fwd)
+    """The ``@nki.jit`` attention kernel, called directly with ``neuron`` tensors, launched on as many
+    physical cores as the runtime's logical core has (``logical_core_degree(on_device=True)``)."""
+    return _launch(device_kernel_module().attention_fwd, logical_core_degree(on_device=True))
 
 
 def simulated_kernel():
     """The same kernel wrapped by ``nki.simulate`` (torch CPU tensors in and out)."""
     module = sim_kernel_module()
     import nki
-    return nki.simulate(_launch(module.attention_fwd))
+    return nki.simulate(_launch(module.attention_fwd, logical_core_degree()))
 
 
-def _launch(kernel):
-    degree = logical_core_degree()
+def _launch(kernel, degree: int):
     return kernel[degree] if degree > 1 else kernel
 
 
