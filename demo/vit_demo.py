@@ -16,6 +16,7 @@ No network is used (``HF_HUB_OFFLINE=1``).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import time
 from pathlib import Path
@@ -166,9 +167,9 @@ def main() -> None:
     print()
     print(f"variant:      build/{variant} ({kernel.__name__})")
     print(f"backend:      {backend}")
-    lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "").strip() or "1"
-    print(f"launch:       attention_fwd[{lnc}] (NEURON_LOGICAL_NC_CONFIG={lnc}; 2 = both physical cores of a "
-          f"trn2 logical core)")
+    lnc = importlib.import_module(f"{kernel.__name__}._backend").logical_core_degree(on_device=on_device)
+    print(f"launch:       attention_fwd[{lnc}] (physical NeuronCores per logical core: NEURON_LOGICAL_NC_CONFIG, "
+          f"else the runtime default)")
     print(f"model:        ViT-B/16 architecture, random weights, batch {BATCH}, {tokens} tokens")
     for dtype, error, scale, traces, _, dtype_error in results:
         name = DTYPE_NAMES[dtype]
