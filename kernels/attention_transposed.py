@@ -90,8 +90,9 @@ def _ensure_augmented(blk, ctx):
         first = ctx["unit_heads"] if (kv["b"], kv["g0"]) == ctx["groups"][0] and ctx["rep"] == 1 else 0
         _dma_transpose_heads(k_aug, ctx["k"], layout, b, 0, Sk, g0, n, first)
         if ctx["ones_row"] is None:
-            # A memset of one partition costs as much as of all 128: set the ones row once, copy it by DMA.
-            ctx["ones_row"] = nl.ndarray((1, n, Sk), dtype=dtype, buffer=nl.sbuf)
+            # A memset costs one cycle per element of a partition, whatever the partition count: set the
+            # ones once with one head per partition ([n, Sk], not [1, n * Sk]), and move them by DMA.
+            ctx["ones_row"] = nl.ndarray((n, Sk), dtype=dtype, buffer=nl.sbuf)
             nisa.memset(dst=ctx["ones_row"], value=1.0, engine=nisa.engine.gpsimd)
         nisa.dma_copy(dst=k_aug[D:D + 1], src=ctx["ones_row"], dge_mode=nisa.dge_mode.hwdge)
         kv["k_aug"] = k_aug
