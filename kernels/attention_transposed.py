@@ -82,25 +82,21 @@ def attend_transposed(ctx, Sq):
 
 def _ensure_augmented(blk, ctx):
     """Loads on first use: K_aug^T = [K^T; 1] (D + 1 rows, heads side by side) and V with a ones
-    column per kv group; Q_aug^T = [Q^T; -m] per query block (row D written later)."""
+    column per kv group; Q_aug^T = [Q^T; -m] per query block (row D written later). The DMA
+    transposes of the first pipeline unit's heads of K and Q go before the bulk of either, so that
+    the first S matmul does not wait for all heads."""
     kv, dtype, D, Sk, layout = blk["kv"], ctx["dtype"], ctx["D"], ctx["Sk"], ctx["layout"]
+    k_moves, q_moves = [], []
     if kv["k_aug"] is None:
         b, g0, n = kv["b"], kv["g0"], ctx["kv_group"]
-        k_aug = nl.ndarray((D + 1, n, Sk), dtype=dtype, buffer=nl.sbuf)
+        kv["k_aug"] = nl.ndarray((D + 1, n, Sk), dtype=dtype, buffer=nl.sbuf)
         first = ctx["unit_heads"] if (kv["b"], kv["g0"]) == ctx["groups"][0] and ctx["rep"] == 1 else 0
-        _dma_transpose_heads(k_aug, ctx["k"], layout, b, 0, Sk, g0, n, first)
-        if ctx["ones_row"] is None:
-            # A memset costs one cycle per element of a partition, whatever the partition count: set the
-            # ones once with one head per partition ([n, Sk], not [1, n * Sk]), and move them by DMA.
-            ctx["ones_row"] = nl.ndarray((n, Sk), dtype=dtype, buffer=nl.sbuf)
-            nisa.memset(dst=ctx["ones_row"], value=1.0, engine=nisa.engine.gpsimd)
-        nisa.dma_copy(dst=k_aug[D:D + 1], src=ctx["ones_row"], dge_mode=nisa.dge_mode.hwdge)
-        kv["k_aug"] = k_aug
+        k_moves = _head_transposes(kv["k_aug"], ctx["k"], layout, b, 0, Sk, g0, n, first)
     if blk["q_aug"] is None:
         b, h0, t0, nq, n = blk["b"], blk["h0"], blk["t0"], blk["nq"], ctx["q_group"]
         blk["q_aug"] = nl.ndarray((D + 1, n, nq), dtype=dtype, buffer=nl.sbuf)
         first = ctx["unit_heads"] if (b, h0 // ctx["rep"], t0) == (*ctx["groups"][0], 0) else 0
-        _dma_transpose_heads(blk["q_aug"], ctx["q"], layout, b, t0, nq, h0, n, first)
+        q_moves = _head_transposes(blk["q_aug"], ctx["q"], layout, b, t0, nq, h0, n, first)
         n_tiles = math.ceil(nq / Q_TILE)
         blk["neg_stat"] = nl.ndarray((Q_TILE, n_tiles, n), dtype=dtype, buffer=nl.sbuf)
         blk["tiles"] = []
@@ -109,22 +105,28 @@ def _ensure_augmented(blk, ctx):
                                  "o_acc": nl.ndarray((Q_TILE, n, D + 1), dtype=nl.float32, buffer=nl.sbuf),
                                  "o_sb": nl.ndarray((Q_TILE, n, D), dtype=dtype, buffer=nl.sbuf),
                                  "inv_sum": nl.ndarray((Q_TILE, n), dtype=nl.float32, buffer=nl.sbuf)})
+    for dst, src in k_moves[:1] + q_moves[:1] + k_moves[1:] + q_moves[1:]:
+        nisa.dma_transpose(dst=dst, src=src)
+    if k_moves:
+        if ctx["ones_row"] is None:
+            # A memset costs one cycle per element of a partition, whatever the partition count: set the
+            # ones once with one head per partition ([n, Sk], not [1, n * Sk]), and move them by DMA.
+            ctx["ones_row"] = nl.ndarray((ctx["kv_group"], Sk), dtype=dtype, buffer=nl.sbuf)
+            nisa.memset(dst=ctx["ones_row"], value=1.0, engine=nisa.engine.gpsimd)
+        nisa.dma_copy(dst=kv["k_aug"][D:D + 1], src=ctx["ones_row"], dge_mode=nisa.dge_mode.hwdge)
     if kv["v_aug"] is None:      # after Q and K: PV needs V three steps later than S needs Q and K
         kv["v_aug"] = _load_v_with_ones(ctx["v"], ctx, kv["b"], kv["g0"], ctx["kv_group"])
 
 
-def _dma_transpose_heads(x_aug, x, layout, b, t0, n_tok, h0, n_heads, first_heads=0):
-    """x_aug[:D, j, :] = tokens [t0, t0 + n_tok) of head h0 + j, transposed: in "bshd" one DMA for
-    all heads (a token's heads are contiguous), in "bhsd" one per head (each head is contiguous).
-    ``first_heads``: in "bshd", move those heads by a DMA of their own first (so that the first
-    pipeline unit can start before the rest arrives)."""
+def _head_transposes(x_aug, x, layout, b, t0, n_tok, h0, n_heads, first_heads=0):
+    """The (dst, src) DMA transposes that fill x_aug[:D, j, :] with tokens [t0, t0 + n_tok) of head
+    h0 + j: in "bshd" one for all heads (a token's heads are contiguous), or two when ``first_heads``
+    asks for those heads on their own first; in "bhsd" one per head (each head is contiguous)."""
     D = x.shape[-1]
     if layout == "bshd":
-        for j0, j1 in ((0, first_heads), (first_heads, n_heads)) if 0 < first_heads < n_heads else ((0, n_heads),):
-            nisa.dma_transpose(dst=x_aug[:D, j0:j1, :n_tok], src=x[b, t0:t0 + n_tok, h0 + j0:h0 + j1, :])
-        return
-    for j in range(n_heads):
-        nisa.dma_transpose(dst=x_aug[:D, j, :n_tok], src=x[b, h0 + j, t0:t0 + n_tok, :])
+        spans = ((0, first_heads), (first_heads, n_heads)) if 0 < first_heads < n_heads else ((0, n_heads),)
+        return [(x_aug[:D, j0:j1, :n_tok], x[b, t0:t0 + n_tok, h0 + j0:h0 + j1, :]) for j0, j1 in spans]
+    return [(x_aug[:D, j, :n_tok], x[b, h0 + j, t0:t0 + n_tok, :]) for j in range(n_heads)]
 
 
 def _stage_row_max(unit, ctx):
