@@ -77,11 +77,11 @@ transposes instead.
 
 Cost-model estimates (nkisim.cost, trn2, bf16; roofline = max(FLOPs at 79 TFLOPS, q/k/v/o bytes
 at 362 GB/s per NeuronCore)), transposed softmax (row-tile softmax, the previous schedule, in brackets):
-ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 56.3 us (68.4), 61.4 us with lse (72.5), vs a
-26.7 us roofline; "bhsd" 97.2 us (108.6: per-head DMA transposes bound it); ViT-L/14@336 (B=1)
-73.5 us (87.8) vs 17.5; SigLIP-so400m (B=1) 108.2 us (142.6) vs 31; CLIP-B/32 (B=8, 50 tokens)
-22.1 us (25.9). ``attention_fwd[2]`` (two cores, against the two-core roofline, 13.4 us for ViT-B/16):
-ViT-B/16 33.4 us, ViT-L/14@336 42.2 us, SigLIP-so400m 60.2 us.
+ViT-B/16 (B=8, 197 tokens, 12 heads, D=64, "bshd") 56.0 us (68.4), 61.0 us with lse (72.5), vs a
+26.7 us roofline (batch 1: 15.0 us vs 3.3); "bhsd" 98.1 us (108.6: per-head DMA transposes bound it);
+ViT-L/14@336 (B=1) 73.4 us (87.8) vs 17.5; SigLIP-so400m (B=1) 109.4 us (142.6) vs 31; CLIP-B/32
+(B=8, 50 tokens) 21.9 us (25.9). ``attention_fwd[2]`` (two cores, against the two-core roofline,
+13.4 us for ViT-B/16): ViT-B/16 33.0 us (batch 1: 10.8 us), ViT-L/14@336 41.1 us, SigLIP 60.7 us.
 What limits ViT-B/16 (engine busy: TensorE 45, VectorE 46, ScalarE 47, GpSimdE 33, DMA 33 us): only
 VectorE and ScalarE read PSUM, one cycle per element per partition, and every score passes both
 once, the row max on VectorE (39.4 us at 0.96 GHz) and the exp on ScalarE (31.5 us at 1.2 GHz),
