@@ -23,6 +23,7 @@ from .enums import oob_mode as oob_mode_enum
 # dma_transpose default permutation by rank (docstring): 2-D [1, 0], 3-D [2, 1, 0], 4-D [3, 1, 2, 0].
 TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 HWDGE_TRANSPOSE_ROWS = 16
+HWDGE_TRANSPOSE_LEADING = (1, 2, 4, 8, 16)     # src.shape[0] of a 3-D/4-D hwdge transpose (isa docstring)
 
 DMA_BUFFERS = (SBUF,) + HBM_BUFFERS
 
@@ -115,8 +116,9 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unk
     """trn2+: ``dst = src.transpose(axes)`` by DMA, bit-exact; src in HBM or SBUF, dst in SBUF, equal
     2- or 4-byte dtypes; dst shape must equal the permuted src shape, rank included. Supported axes:
     (1, 0), (2, 1, 0), (3, 1, 2, 0) (the default for the rank). ``dge_mode=hwdge`` adds the HW DGE
-    limits (2-byte dtype, src.shape[-1] <= 128, 16 rows for 2-D). Indirect (vector_offset) sources
-    are not simulated."""
+    limits (2-byte dtype, src.shape[-1] <= 128, 16 rows for 2-D; for 3-D/4-D src.shape[0] in
+    {1, 2, 4, 8, 16} with src.shape[0] * src.shape[-2] a multiple of 16); a direct transpose takes
+    dge_mode unknown or hwdge only. Indirect (vector_offset) sources are not simulated."""
     instr = "dma_transpose"
     run = runtime.begin(instr)
     chk.target_at_least(instr, "nisa.dma_transpose", run.target, 3)
@@ -136,6 +138,9 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unk
     expected = tuple(src.shape[a] for a in axes)
     if tuple(dst.shape) != expected:
         raise ShapeError(f"{instr}: dst shape {dst.shape} must equal the transposed src shape {expected} (rank included)")
+    if dge_mode not in (dge_mode_enum.unknown, dge_mode_enum.hwdge):
+        raise ShapeError(f"{instr}: a direct DMA transpose takes dge_mode unknown or hwdge, got {dge_mode!r} "
+                         f"(software DGE is for indirect transposes)")
     if dge_mode == dge_mode_enum.hwdge:
         if dt.itemsize(src.dtype) != 2:
             raise DtypeError(f"{instr}: dge_mode=hwdge needs a 2-byte dtype, got {dt.name(src.dtype)}")
@@ -143,6 +148,10 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unk
             raise limit_error(ShapeError, instr, "src", "last dim (hwdge)", src.shape[-1], 128)
         if rank == 2 and src.shape[0] != HWDGE_TRANSPOSE_ROWS:
             raise limit_error(ShapeError, instr, "src", "rows (hwdge, 2-D)", src.shape[0], f"exactly {HWDGE_TRANSPOSE_ROWS}")
+        if rank > 2 and (src.shape[0] not in HWDGE_TRANSPOSE_LEADING or (src.shape[0] * src.shape[-2]) % HWDGE_TRANSPOSE_ROWS):
+            raise limit_error(ShapeError, instr, "src", "shape (hwdge, 3-D/4-D)", tuple(src.shape),
+                              f"shape[0] in {HWDGE_TRANSPOSE_LEADING} and shape[0] * shape[-2] a multiple of "
+                              f"{HWDGE_TRANSPOSE_ROWS}")
     dst.numpy()[...] = np.transpose(src.numpy(), axes)
     return run.emit(instr, "dma", reads=[("src", src)], writes=[("dst", dst)], label=name, axes=axes)
 

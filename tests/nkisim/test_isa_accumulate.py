@@ -229,3 +229,45 @@ def test_find_index8_and_match_replace8_docstring_example():
     np.testing.assert_array_equal(idx[0], [2, 4, 5, 6, 7, 8, 9, 10])
     np.testing.assert_array_equal(ridx[0], [2, 10, 9, 8, 7, 6, 5, 4])
     np.testing.assert_array_equal(rep[0], [1, 2, -1, 4, -1, -1, -1, -1, -1, -1, -1])
+
+
+@pytest.mark.parametrize("src_shape,ok", [((16, 64), True), ((8, 64), False), ((4, 4, 64), True), ((3, 16, 64), False),
+                                          ((2, 4, 64), False), ((16, 1, 64), True)])
+def test_dma_transpose_hwdge_limits(src_shape, ok):
+    """isa docstring: a hardware-DGE transpose needs 16 rows in 2-D; in 3-D/4-D src.shape[0] in
+    {1, 2, 4, 8, 16} with src.shape[0] * src.shape[-2] % 16 == 0."""
+    a = np.zeros(src_shape, np.float32).astype(BF16)
+    axes = {2: (1, 0), 3: (2, 1, 0)}[len(src_shape)]
+
+    def kernel(x):
+        t = nl.ndarray(tuple(src_shape[i] for i in axes), nl.bfloat16)
+        nisa.dma_transpose(dst=t, src=x, dge_mode=nisa.dge_mode.hwdge)
+        return t
+
+    if ok:
+        nki.simulate(_to_hbm(kernel, axes, src_shape))(a)
+    else:
+        with pytest.raises(ShapeError, match="hwdge"):
+            nki.simulate(_to_hbm(kernel, axes, src_shape))(a)
+
+
+def test_dma_transpose_rejects_software_dge():
+    a = np.zeros((16, 64), np.float32).astype(BF16)
+
+    def kernel(x):
+        t = nl.ndarray((64, 16), nl.bfloat16)
+        nisa.dma_transpose(dst=t, src=x, dge_mode=nisa.dge_mode.swdge)
+        return t
+
+    with pytest.raises(ShapeError, match="direct DMA transpose takes dge_mode unknown or hwdge"):
+        nki.simulate(_to_hbm(kernel, (1, 0), (16, 64)))(a)
+
+
+def _to_hbm(kernel, axes, src_shape):
+    """Wrap a kernel returning an SBUF tile so that the simulator gets an HBM output."""
+    def wrapped(x):
+        t = kernel(x)
+        out = nl.ndarray(tuple(src_shape[i] for i in axes), nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    return wrapped
