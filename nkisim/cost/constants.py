@@ -33,6 +33,8 @@ DMA_PARTITIONS_PER_ENGINE = 8  # "~8 partitions per engine for a 128-partition t
 DMA_FIXED_NS = 1300.0          # fixed cost per transfer: descriptor setup + semaphore (4.3b, DMA bandwidth
                                # guide). MODEL: latency, overlapped across transfers (not engine occupancy)
 HWDGE_FIXED_NS = 600.0         # HWDGE instruction ~600 ns (4.3b); used when a kernel asks for dge_mode=hwdge
+HWDGE_INSTANCES = 2            # hardware DGE blocks per NeuronCore on trn2+ (3). MODEL: each hwdge DMA holds
+                               # one of them for HWDGE_FIXED_NS, so at most two descriptor generations overlap
 DMA_SATURATION_BYTES = 4096    # ">= 4 KiB saturates" bytes per partition / contiguous chunk (4.3b)
 DMA_HALF_EFFICIENCY_BYTES = 512  # MODEL: per-chunk overhead worth 512 B of transfer, so efficiency is
                                # b/(b+512) normalised to 1 at 4 KiB: 2 KiB -> 90%, 512 B -> 56%,

@@ -12,7 +12,8 @@ Model (nki-reference.md 3 and 4.3b; MODEL choices marked):
   2 KiB, 56% at 512 B, 38% at 256 B, 12% at 64 B, matching the guide's thresholds.
 * A fixed latency per transfer (descriptor setup + trigger + completion semaphore, 1300 ns; 600 ns
   for an explicit ``dge_mode=hwdge`` on trn2/trn3) precedes the data phase. MODEL: it is latency,
-  not engine occupancy, so transfers in flight overlap their fixed costs while sharing bandwidth.
+  not engine occupancy, so transfers in flight overlap their fixed costs while sharing bandwidth;
+  except that an hwdge transfer needs one of the core's two hardware DGE blocks for its 600 ns.
 * ``dma_transpose`` runs at <= 90% (HBM source) / <= 50% (SBUF source) of DMA throughput.
 
 The pool keeps busy intervals per engine and places each transfer's per-engine share in the
@@ -74,10 +75,12 @@ def engines_spanned(instr) -> int:
     return max(1, min(C.DMA_ENGINES, math.ceil(rows / C.DMA_PARTITIONS_PER_ENGINE)))
 
 
+def uses_hwdge(instr, target) -> bool:
+    return instr.attrs.get("dge_mode") == HWDGE and target.nc_version >= 3
+
+
 def fixed_latency_ns(instr, target) -> float:
-    if instr.attrs.get("dge_mode") == HWDGE and target.nc_version >= 3:
-        return C.HWDGE_FIXED_NS
-    return C.DMA_FIXED_NS
+    return C.HWDGE_FIXED_NS if uses_hwdge(instr, target) else C.DMA_FIXED_NS
 
 
 def engine_share_ns(instr, target) -> tuple[int, float]:

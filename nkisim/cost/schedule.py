@@ -14,7 +14,8 @@ different physical cores):
    disjoint 32x32 blocks of the array run concurrently (nki-reference.md 2.1), otherwise a matmul
    holds the whole array. DMA transfers go to one of three in-order issue queues (loads
    HBM->SBUF, stores SBUF->HBM, other copies; MODEL: the issue order of a queue is program order,
-   transfers in flight overlap) and share the 16 DMA engines (``dma.EnginePool``).
+   transfers in flight overlap) and share the 16 DMA engines (``dma.EnginePool``); a ``dge_mode=hwdge``
+   transfer also waits for one of the two hardware DGE blocks (trn2+).
 3. Capacity: an SBUF/PSUM allocation needs room before its first use (``memory``), so engines
    cannot run further ahead than the usable SBUF and PSUM allow.
 4. Overheads (nki-reference.md 4.3b): a compute instruction that had to wait for a dependency
@@ -48,7 +49,7 @@ class Slot:
     start: float
     end: float
     pred: int | None          # index in the schedule of what bound the start (None: kernel start)
-    waited_on: str            # "dependency", "memory", "engine", "queue", "dma engines", "start"
+    waited_on: str            # "dependency", "memory", "engine", "queue", "dge", "dma engines", "start"
 
 
 @dataclass
@@ -115,6 +116,7 @@ class _Scheduler:
         self.tensor_intervals: list = []
         self.pool = dma_mod.EnginePool()
         self.queue_last: dict = {}              # DMA queue -> (issue time, slot)
+        self.dge_free = [(0.0, None)] * C.HWDGE_INSTANCES    # hardware DGE blocks -> (free time, slot)
         self.port_free: dict = {}               # trn1 shared SBUF/PSUM ports -> (free time, slot)
         self.busy = {e: 0.0 for e in COMPUTE_ENGINES}
 
@@ -162,6 +164,12 @@ class _Scheduler:
         if q_time > issue:
             issue, pred, waited = q_time, q_slot, "queue"
         self.queue_last[queue] = (issue, index)
+        if dma_mod.uses_hwdge(instr, self.target):      # descriptors from one of the hardware DGE blocks
+            k = min(range(len(self.dge_free)), key=lambda i: self.dge_free[i][0])
+            dge_time, dge_slot = self.dge_free[k]
+            if dge_time > issue + EPS:
+                issue, pred, waited = dge_time, dge_slot, "dge"
+            self.dge_free[k] = (issue + C.HWDGE_FIXED_NS, index)
         n_engines, share = dma_mod.engine_share_ns(instr, self.target)
         data_from = issue + dma_mod.fixed_latency_ns(instr, self.target)
         first, end = self.pool.place(n_engines, data_from, share)
