@@ -32,6 +32,7 @@ real and fake implementations share, so their strides agree.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -82,11 +83,7 @@ def runtime_default_degree() -> int:
     (NeuronCore-v3) and one on NeuronCore-v2 hosts; a kernel launched with another degree fails at
     run time. The architecture is read from the Neuron driver's sysfs (``arch_type``, e.g. "NCv2");
     when it cannot be read the launch uses one core and says once how to set the degree."""
-    try:
-        with open(ARCH_TYPE_SYSFS) as f:
-            arch = f.read().strip().lower()
-    except OSError:
-        arch = ""
+    arch = _architecture(ARCH_TYPE_SYSFS)
     if arch.endswith("v3"):
         return 2
     if arch.endswith(("v1", "v2")):
@@ -97,6 +94,16 @@ def runtime_default_degree() -> int:
               f"physical core. Set {LNC_ENV} to the Neuron runtime's logical-core degree (2 is trn2's default): "
               f"the launch degree must match it. This warning is shown once.")
     return 1
+
+
+@functools.lru_cache(maxsize=None)
+def _architecture(path: str) -> str:
+    """The Neuron driver's arch_type (e.g. "ncv2"), read once per process; "" when unreadable."""
+    try:
+        with open(path) as f:
+            return f.read().strip().lower()
+    except OSError:
+        return ""
 
 
 def output_layout(query: torch.Tensor) -> str:
