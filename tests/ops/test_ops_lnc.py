@@ -23,8 +23,14 @@ def test_device_default_follows_the_architecture(arch_file, arch, degree):
 
 
 def test_device_default_without_sysfs_is_one_core_with_a_warning(arch_file):
-    with pytest.warns(UserWarning, match="NEURON_LOGICAL_NC_CONFIG is not set and the NeuronCore architecture could "
-                                         "not be read"):
+    with pytest.warns(UserWarning, match="NEURON_LOGICAL_NC_CONFIG is not set and the runtime's default degree "
+                                         "for this NeuronCore architecture is not known .*'unavailable'"):
+        assert _backend.logical_core_degree(on_device=True) == 1
+
+
+def test_device_default_for_an_unknown_architecture_is_one_core_with_a_warning(arch_file):
+    arch_file.write_text("NCv9")
+    with pytest.warns(UserWarning, match="is not known .*'ncv9'"):
         assert _backend.logical_core_degree(on_device=True) == 1
 
 

@@ -82,15 +82,15 @@ def runtime_default_degree() -> int:
     """The Neuron runtime groups two physical NeuronCores per logical core by default on Trainium2
     (NeuronCore-v3) and one on NeuronCore-v2 hosts; a kernel launched with another degree fails at
     run time. The architecture is read from the Neuron driver's sysfs (``arch_type``, e.g. "NCv2");
-    when it cannot be read the launch uses one core and says once how to set the degree."""
+    when it cannot be read or is another one, the launch uses one core and says once how to set the degree."""
     arch = _architecture(ARCH_TYPE_SYSFS)
     if arch.endswith("v3"):
         return 2
     if arch.endswith(("v1", "v2")):
         return 1
     warn_once(f"lnc-default:{arch}",
-              f"neuron_vit_attn: {LNC_ENV} is not set and the NeuronCore architecture could not be read "
-              f"({ARCH_TYPE_SYSFS}: {arch or 'unavailable'!r}); launching the attention kernel on one "
+              f"neuron_vit_attn: {LNC_ENV} is not set and the runtime's default degree for this NeuronCore "
+              f"architecture is not known ({ARCH_TYPE_SYSFS}: {arch or 'unavailable'!r}); launching the attention kernel on one "
               f"physical core. Set {LNC_ENV} to the Neuron runtime's logical-core degree (2 is trn2's default): "
               f"the launch degree must match it. This warning is shown once.")
     return 1
