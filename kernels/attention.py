@@ -146,7 +146,8 @@ def attention_fwd(q, k, v, mask=None, scale=1.0, is_causal=False, layout="bhsd",
     ctx = {"q": q, "k": k, "v": v, "mask": mask, "scale": float(scale), "layout": layout, "dtype": dtype, "D": D,
            "Sk": Sk, "rep": rep, "flat": flat, "kv_group": kv_group, "q_group": q_group, "k_units": k_units,
            "k_chunks": k_chunks, "q_units": q_units, "q_chunks": q_chunks, "causal_bias": causal_bias,
-           "use_dma_transpose": use_dma_transpose, "groups": groups, "out": out, "lse": lse, "lse_pending": [], "step": 0,
+           "use_dma_transpose": use_dma_transpose, "groups": groups, "out": out, "lse": lse, "lse_pending": [],
+           "step": 0,
            "engine_ns": {"vector": 0.0, "scalar": 0.0}}
 
     if attention_transposed.use_transposed_softmax(ctx, mask, is_causal, Sk):
@@ -210,7 +211,8 @@ def _kv_group_size(Hkv, Sk, D, itemsize, B=1, n_shards=1):
     """The most kv heads (a divisor of Hkv) whose K^T and V stay resident within the budget and,
     with LNC=2, whose (batch, group) work items split evenly across the programs when any does
     (else that give every program at least one item when any does)."""
-    fitting = [g for g in range(Hkv, 0, -1) if Hkv % g == 0 and _resident_bytes(g, Sk, D, itemsize) <= KV_RESIDENT_BYTES]
+    fitting = [g for g in range(Hkv, 0, -1)
+               if Hkv % g == 0 and _resident_bytes(g, Sk, D, itemsize) <= KV_RESIDENT_BYTES]
     if not fitting:
         return 1
     even = [g for g in fitting if (B * (Hkv // g)) % n_shards == 0]

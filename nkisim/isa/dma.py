@@ -148,7 +148,8 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode_enum.unk
             raise limit_error(ShapeError, instr, "src", "last dim (hwdge)", src.shape[-1], 128)
         if rank == 2 and src.shape[0] != HWDGE_TRANSPOSE_ROWS:
             raise limit_error(ShapeError, instr, "src", "rows (hwdge, 2-D)", src.shape[0], f"exactly {HWDGE_TRANSPOSE_ROWS}")
-        if rank > 2 and (src.shape[0] not in HWDGE_TRANSPOSE_LEADING or (src.shape[0] * src.shape[-2]) % HWDGE_TRANSPOSE_ROWS):
+        leading_ok = src.shape[0] in HWDGE_TRANSPOSE_LEADING and (src.shape[0] * src.shape[-2]) % HWDGE_TRANSPOSE_ROWS == 0
+        if rank > 2 and not leading_ok:
             raise limit_error(ShapeError, instr, "src", "shape (hwdge, 3-D/4-D)", tuple(src.shape),
                               f"shape[0] in {HWDGE_TRANSPOSE_LEADING} and shape[0] * shape[-2] a multiple of "
                               f"{HWDGE_TRANSPOSE_ROWS}")

@@ -90,8 +90,8 @@ def runtime_default_degree() -> int:
         return 1
     warn_once(f"lnc-default:{arch}",
               f"neuron_vit_attn: {LNC_ENV} is not set and the runtime's default degree for this NeuronCore "
-              f"architecture is not known ({ARCH_TYPE_SYSFS}: {arch or 'unavailable'!r}); launching the attention kernel on one "
-              f"physical core. Set {LNC_ENV} to the Neuron runtime's logical-core degree (2 is trn2's default): "
+              f"architecture is not known ({ARCH_TYPE_SYSFS}: {arch or 'unavailable'!r}); launching the "
+              f"attention kernel on one physical core. Set {LNC_ENV} to the Neuron runtime's logical-core degree (2 is trn2's default): "
               f"the launch degree must match it. This warning is shown once.")
     return 1
 
