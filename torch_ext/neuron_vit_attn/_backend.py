@@ -91,8 +91,8 @@ def runtime_default_degree() -> int:
     warn_once(f"lnc-default:{arch}",
               f"neuron_vit_attn: {LNC_ENV} is not set and the runtime's default degree for this NeuronCore "
               f"architecture is not known ({ARCH_TYPE_SYSFS}: {arch or 'unavailable'!r}); launching the "
-              f"attention kernel on one physical core. Set {LNC_ENV} to the Neuron runtime's logical-core degree (2 is trn2's default): "
-              f"the launch degree must match it. This warning is shown once.")
+              f"attention kernel on one physical core. Set {LNC_ENV} to the Neuron runtime's logical-core "
+              f"degree (2 is trn2's default): the launch degree must match it. This warning is shown once.")
     return 1
 
 
@@ -162,18 +162,14 @@ def sim_kernel_module():
 def device_kernel():
     """The ``@nki.jit`` attention kernel, called directly with ``neuron`` tensors, launched on as many
     physical cores as the runtime's logical core has (``logical_core_degree(on_device=True)``)."""
-    return _launch(device_kernel_module().attention_fwd, logical_core_degree(on_device=True))
+    return device_kernel_module().attention_fwd[logical_core_degree(on_device=True)]
 
 
 def simulated_kernel():
     """The same kernel wrapped by ``nki.simulate`` (torch CPU tensors in and out)."""
     module = sim_kernel_module()
     import nki
-    return nki.simulate(_launch(module.attention_fwd, logical_core_degree()))
-
-
-def _launch(kernel, degree: int):
-    return kernel[degree] if degree > 1 else kernel
+    return nki.simulate(module.attention_fwd[logical_core_degree()])
 
 
 def kv_budget_reason(kernel_module, query, key) -> str | None:
@@ -191,7 +187,6 @@ def run_kernel(kernel, query, key, value, mask, scale: float, is_causal: bool, r
     """Call the NKI kernel with q/k/v in q's layout; returns (out (B, Hq, Sq, D) in q's layout, lse or
     None when not requested)."""
     q, k, v, layout = to_kernel_layout(query, key, value)
-    if not return_lse:
-        return from_kernel_layout(kernel(q, k, v, mask, scale=scale, is_causal=is_causal, layout=layout), layout), None
-    out, lse = kernel(q, k, v, mask, scale=scale, is_causal=is_causal, layout=layout, return_lse=True)
+    result = kernel(q, k, v, mask, scale=scale, is_causal=is_causal, layout=layout, return_lse=return_lse)
+    out, lse = result if return_lse else (result, None)
     return from_kernel_layout(out, layout), lse

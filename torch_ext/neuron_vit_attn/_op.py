@@ -40,7 +40,7 @@ def _fresh_outputs(query, value, out, lse):
     """Copy ``out`` into a tensor with the op's output strides unless it already has them; ``lse``
     None (not requested) becomes the empty (B, Hq, 0) placeholder."""
     if lse is None:
-        lse = _empty_lse(query)
+        lse = _lse_output(query, return_lse=False)
     result = _backend.empty_output(query, value)
     if out.stride() == result.stride() and out.dtype == result.dtype:
         return out, lse.contiguous()
@@ -48,9 +48,10 @@ def _fresh_outputs(query, value, out, lse):
     return result, lse.contiguous()
 
 
-def _empty_lse(query):
-    batch, heads, _, _ = query.shape
-    return query.new_empty((batch, heads, 0), dtype=compute_dtype(query.dtype))
+def _lse_output(query, return_lse):
+    """An uninitialised lse output: (B, Hq, Sq) when requested, else the empty (B, Hq, 0) placeholder."""
+    batch, heads, q_len, _ = query.shape
+    return query.new_empty((batch, heads, q_len if return_lse else 0), dtype=compute_dtype(query.dtype))
 
 
 def _reference(query, key, value, mask, scale, is_causal, return_lse):
@@ -122,9 +123,7 @@ def _kernel_or_reference(module, get_kernel, where, query, key, value, mask, sca
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(query, key, value, mask, scale, is_causal, return_lse=False):
-    batch, heads, q_len, _ = query.shape
-    lse = query.new_empty((batch, heads, q_len if return_lse else 0), dtype=compute_dtype(query.dtype))
-    return _backend.empty_output(query, value), lse
+    return _backend.empty_output(query, value), _lse_output(query, return_lse)
 
 
 def _setup_context(ctx, inputs, output):
