@@ -76,10 +76,18 @@ def test_nkisim_attention(benchmark, collector, progress, shape, batch, lnc):
                       attention_flops(batch, shape), attention_bytes(batch, shape), elapsed, targets=targets, cores=lnc)
 
 
-def _synchronize():
+def _timed_on_device(benchmark, shape, batch, fn):
+    """Benchmark ``fn()`` on the Neuron device, waiting for the device inside the timed region."""
     sync = getattr(getattr(torch, "neuron", None), "synchronize", None)
-    if sync is not None:
-        sync()
+
+    def run():
+        out = fn()
+        if sync is not None:
+            sync()
+        return out
+
+    benchmark.group = f"attention {shape.label(batch)}"
+    return benchmark(run)
 
 
 @pytest.mark.skipif(not neuron_device_available(), reason=NO_DEVICE)
@@ -88,14 +96,8 @@ def test_device_kernel(benchmark, collector, shape, batch):
     import neuron_vit_attn
     q, k, v = (x.to("neuron") for x in bshd_inputs(shape, batch))
     scale = shape.head_dim ** -0.5
-
-    def run():
-        out = neuron_vit_attn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale)
-        _synchronize()
-        return out
-
-    benchmark.group = f"attention {shape.label(batch)}"
-    out = benchmark(run)
+    out = _timed_on_device(benchmark, shape, batch, lambda: neuron_vit_attn.attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale))
     ref = sdpa_bshd(q.cpu().float(), k.cpu().float(), v.cpu().float(), scale)
     torch.testing.assert_close(out.transpose(1, 2).cpu().float(), ref, atol=2e-2, rtol=2e-2)   # bf16, as above
     collector.device[shape.label(batch)] = benchmark.stats.stats.mean * 1e6
@@ -106,14 +108,7 @@ def test_device_kernel(benchmark, collector, shape, batch):
 def test_device_eager_reference(benchmark, shape, batch):
     q, k, v = (x.to("neuron") for x in bshd_inputs(shape, batch))
     scale = shape.head_dim ** -0.5
-
-    def run():
-        out = sdpa_bshd(q, k, v, scale)
-        _synchronize()
-        return out
-
-    benchmark.group = f"attention {shape.label(batch)}"
-    benchmark(run)
+    _timed_on_device(benchmark, shape, batch, lambda: sdpa_bshd(q, k, v, scale))
 
 
 @pytest.mark.skipif(not neuron_device_available(), reason=NO_DEVICE)
@@ -123,11 +118,4 @@ def test_device_compiled_reference(benchmark, shape, batch):
     scale = shape.head_dim ** -0.5
     compiled = torch.compile(sdpa_bshd)
     compiled(q, k, v, scale)          # compile outside the timed region
-
-    def run():
-        out = compiled(q, k, v, scale)
-        _synchronize()
-        return out
-
-    benchmark.group = f"attention {shape.label(batch)}"
-    benchmark(run)
+    _timed_on_device(benchmark, shape, batch, lambda: compiled(q, k, v, scale))
